@@ -1,0 +1,22 @@
+# One image for every draftgate component; compose.yaml picks the command.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    UV_PROJECT_ENVIRONMENT=/opt/venv \
+    PATH=/opt/venv/bin:$PATH
+
+RUN pip install --no-cache-dir "uv==0.13.9" \
+    && useradd --create-home --uid 10001 draftgate
+
+WORKDIR /app
+COPY pyproject.toml uv.lock README.md ./
+RUN uv sync --locked --no-dev --no-install-project
+COPY service ./service
+COPY workers ./workers
+COPY mcp_adapter ./mcp_adapter
+RUN uv sync --locked --no-dev
+
+USER draftgate
+ENTRYPOINT ["draftgate"]
+CMD ["--help"]

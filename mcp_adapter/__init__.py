@@ -1,0 +1,1 @@
+"""The agent's front door: an MCP server (official ``mcp`` SDK) built from the action registry."""

@@ -1,0 +1,1 @@
+"""draftgate core: every rule lives here; the front doors only translate."""

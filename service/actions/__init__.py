@@ -1,0 +1,1 @@
+"""The action registry: every capability an agent can read or propose."""

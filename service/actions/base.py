@@ -1,0 +1,93 @@
+"""What an action is (DESIGN.md §2).
+
+A concrete action subclasses ``ReadAction`` or ``WriteAction`` AND declares
+``kind`` itself; the base classes deliberately have no default, so the
+registry can refuse any action whose kind was not written down.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+from sqlmodel import Session
+
+from service.config import Settings
+from service.masking import masked_dump
+from service.money import Money
+from service.principal import Principal
+from service.validation import StrictInput
+
+
+@dataclass(frozen=True)
+class ActionContext:
+    """What an action may use: the unit of work, the caller, the settings, the moment."""
+
+    session: Session
+    principal: Principal
+    settings: Settings
+    now: datetime
+    trace_id: str | None = None
+
+
+class Risk(StrEnum):
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+
+
+class Preview(BaseModel):
+    """What ``validate`` learns: the summary an approver signs over, the money, the risk."""
+
+    model_config = ConfigDict(frozen=True)
+
+    summary: str = Field(description="One or two sentences an approver reads; no raw PII.")
+    amount: Money | None = None
+    risk: Risk = Risk.MEDIUM
+    policy: str | None = Field(default=None, description="Policy name; the action name if unset.")
+
+
+class Outcome(BaseModel):
+    """What ``execute`` did, in words for the agent and data for the record."""
+
+    model_config = ConfigDict(frozen=True)
+
+    summary: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class Action(ABC):
+    """Common declaration of every action."""
+
+    name: ClassVar[str]
+    kind: ClassVar[str]  # "read" or "write"; no default on purpose
+    contract_version: ClassVar[int]
+    title: ClassVar[str]
+    description: ClassVar[str]
+    Input: ClassVar[type[StrictInput]]
+
+    def masked(self, params: BaseModel) -> dict[str, Any]:
+        """The arguments as they may appear in tool output and audit data."""
+        return masked_dump(params)
+
+
+class ReadAction(Action):
+    Output: ClassVar[type[BaseModel]]
+
+    @abstractmethod
+    def handle(self, ctx: ActionContext, params: Any) -> BaseModel:
+        """Answer the read. Must not change any state."""
+
+
+class WriteAction(Action):
+    @abstractmethod
+    def validate(self, ctx: ActionContext, params: Any) -> Preview:
+        """Check the business rules against current state and describe the change."""
+
+    @abstractmethod
+    def execute(self, ctx: ActionContext, params: Any, idempotency_key: str) -> Outcome:
+        """Make the change, exactly once per idempotency key. Only the worker calls this."""

@@ -1,0 +1,98 @@
+"""Load actions from the modules named in settings and check their declarations."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from service.actions.base import Action, ReadAction, WriteAction
+
+ACTION_NAME = re.compile(r"^[a-z][a-z0-9_]{1,48}$")
+# Names the agent-facing catalog uses for itself.
+RESERVED_NAMES = frozenset({"get_draft"})
+
+
+class RegistryError(RuntimeError):
+    """The configured actions cannot be served; the message names every problem."""
+
+
+@dataclass(eq=False)  # compared and hashed by identity: catalogs are cached per registry
+class ActionRegistry:
+    reads: dict[str, ReadAction] = field(default_factory=dict)
+    writes: dict[str, WriteAction] = field(default_factory=dict)
+
+    def __iter__(self) -> Iterator[Action]:
+        yield from self.reads.values()
+        yield from self.writes.values()
+
+    def write(self, name: str) -> WriteAction | None:
+        return self.writes.get(name)
+
+
+def load_registry(module_names: Iterable[str]) -> ActionRegistry:
+    """Import each module, collect its ``ACTIONS`` and validate every declaration at once."""
+    actions: list[object] = []
+    problems: list[str] = []
+    for module_name in module_names:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            problems.append(f"action module {module_name!r} cannot be imported: {exc}")
+            continue
+        declared = getattr(module, "ACTIONS", None)
+        if declared is None:
+            problems.append(f"action module {module_name!r} has no ACTIONS list")
+            continue
+        actions.extend(declared)
+    return build_registry(actions, problems=problems)
+
+
+def build_registry(
+    actions: Iterable[object], *, problems: list[str] | None = None
+) -> ActionRegistry:
+    """Validate action objects and index them by name; refuse to start on any problem."""
+    problems = list(problems or [])
+    registry = ActionRegistry()
+    undeclared: list[str] = []
+    for action in actions:
+        label = str(getattr(action, "name", None) or type(action).__name__)
+        kind = getattr(type(action), "kind", None)
+        if kind is None:
+            undeclared.append(label)
+            continue
+        problem = _check(action, label, kind)
+        if problem:
+            problems.append(problem)
+        elif label in registry.reads or label in registry.writes:
+            problems.append(f"action {label!r} is declared twice")
+        elif isinstance(action, ReadAction):
+            registry.reads[label] = action
+        elif isinstance(action, WriteAction):
+            registry.writes[label] = action
+    if undeclared:
+        problems.insert(
+            0,
+            'actions without an explicit kind (declare kind = "read" or kind = "write"): '
+            + ", ".join(sorted(undeclared)),
+        )
+    if problems:
+        raise RegistryError("cannot start: " + "; ".join(problems))
+    return registry
+
+
+def _check(action: object, label: str, kind: object) -> str | None:
+    if kind not in ("read", "write"):
+        return f'action {label!r} declares kind {kind!r}; it must be "read" or "write"'
+    expected = ReadAction if kind == "read" else WriteAction
+    if not isinstance(action, expected):
+        return f"action {label!r} declares kind {kind!r} but is not a {expected.__name__}"
+    if not ACTION_NAME.match(label) or label in RESERVED_NAMES or label.startswith("propose_"):
+        return f"action name {label!r} is not allowed (lower_snake_case, not reserved)"
+    for attribute in ("contract_version", "title", "description", "Input"):
+        if not hasattr(type(action), attribute):
+            return f"action {label!r} does not declare {attribute}"
+    if kind == "read" and not hasattr(type(action), "Output"):
+        return f"read action {label!r} does not declare Output"
+    return None

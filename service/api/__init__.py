@@ -1,0 +1,1 @@
+"""The HTTP front door for approvers, auditors and admins (FastAPI)."""

@@ -1,0 +1,23 @@
+"""The FastAPI application factory."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from service.api.errors import install_error_handlers
+from service.api.routes import health
+from service.config import get_settings
+from service.runtime import Runtime, build_runtime
+
+
+def create_app(runtime: Runtime | None = None) -> FastAPI:
+    """The approver/auditor/admin API. Without a runtime, one is built from the environment."""
+    app = FastAPI(
+        title="draftgate",
+        version="0.1.0",
+        summary="Approve, execute and audit the writes AI agents propose.",
+    )
+    app.state.runtime = runtime or build_runtime(get_settings())
+    install_error_handlers(app)
+    app.include_router(health.router)
+    return app

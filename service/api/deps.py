@@ -1,0 +1,56 @@
+"""Request dependencies: the runtime, one unit of work per request, and the caller."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from service.db import run_unit
+from service.principal import Principal
+from service.runtime import Runtime
+from service.tokens import actions as tokens
+from service.tracing import trace_id_from
+
+DOOR = "http"
+_bearer = HTTPBearer(auto_error=False)
+
+
+def get_runtime(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+
+
+def get_trace_id(request: Request) -> str:
+    return trace_id_from(request.headers.get("traceparent"))
+
+
+TraceIdDep = Annotated[str, Depends(get_trace_id)]
+
+
+def get_principal(
+    runtime: RuntimeDep,
+    trace_id: TraceIdDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    """The caller, from the bearer token only; a refusal is audited in its own transaction."""
+    presented = credentials.credentials if credentials else None
+    return run_unit(
+        runtime.engine,
+        lambda session: tokens.authenticate(session, presented),
+        on_refusal=lambda session, error: tokens.record_refused_credential(
+            session,
+            tenant=runtime.settings.default_tenant,
+            door=DOOR,
+            reason=error.message,
+            trace_id=trace_id,
+            presented=presented,
+        ),
+    )
+
+
+CurrentPrincipal = Annotated[Principal, Depends(get_principal)]

@@ -1,0 +1,1 @@
+"""Signed approvals and rejections of drafts (DESIGN.md §4)."""

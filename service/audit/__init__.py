@@ -1,0 +1,1 @@
+"""The tamper-evident audit log: one hash chain per tenant (DESIGN.md §8)."""

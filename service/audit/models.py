@@ -1,0 +1,47 @@
+"""Audit tables: the events, and one head row per tenant that serialises appends."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Column, Index, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+from service.sql import BigInt, UTCDateTime
+
+
+class AuditEvent(SQLModel, table=True):
+    __tablename__ = "audit_events"
+    __table_args__ = (
+        UniqueConstraint("tenant", "seq", name="uq_audit_events_tenant_seq"),
+        Index("ix_audit_events_tenant_type_seq", "tenant", "type", "seq"),
+        Index("ix_audit_events_tenant_actor_seq", "tenant", "actor", "seq"),
+        Index("ix_audit_events_tenant_draft_seq", "tenant", "draft_id", "seq"),
+        Index("ix_audit_events_tenant_execution_seq", "tenant", "execution_id", "seq"),
+        Index("ix_audit_events_tenant_trace_seq", "tenant", "trace_id", "seq"),
+        Index("ix_audit_events_tenant_at", "tenant", "at"),
+    )
+
+    id: int | None = Field(default=None, sa_column=Column(BigInt, primary_key=True))
+    tenant: str = Field(max_length=64)
+    seq: int = Field(sa_column=Column(BigInt, nullable=False))
+    at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
+    actor: str = Field(max_length=200)
+    type: str = Field(max_length=64)
+    draft_id: str | None = Field(default=None, max_length=64)
+    execution_id: str | None = Field(default=None, max_length=64)
+    trace_id: str | None = Field(default=None, max_length=32)
+    data: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    prev_hash: str = Field(max_length=64)
+    hash: str = Field(max_length=64)
+
+
+class AuditHead(SQLModel, table=True):
+    """The last event of a tenant's chain. Locking this row orders concurrent appends."""
+
+    __tablename__ = "audit_heads"
+
+    tenant: str = Field(primary_key=True, max_length=64)
+    seq: int = Field(default=0, sa_column=Column(BigInt, nullable=False))
+    hash: str = Field(max_length=64)

@@ -1,0 +1,38 @@
+"""Helpers shared by CLI commands: settings, the runtime, and printing errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, NoReturn
+
+import typer
+
+from service.config import get_settings
+from service.errors import DomainError
+from service.runtime import Runtime, build_runtime
+
+OPERATOR = "operator:cli"
+
+
+def runtime() -> Runtime:
+    return build_runtime(get_settings())
+
+
+def fail(error: DomainError | str) -> NoReturn:
+    message = f"{error.code}: {error.message}" if isinstance(error, DomainError) else error
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code=1)
+
+
+def print_json(value: Any) -> None:
+    json.dump(value, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+def print_table(headers: list[str], rows: list[list[Any]]) -> None:
+    cells = [[str(value if value is not None else "") for value in row] for row in rows]
+    widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
+    typer.echo("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)))
+    for row in cells:
+        typer.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))

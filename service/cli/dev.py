@@ -1,0 +1,159 @@
+"""``draftgate dev``: the whole stack on one machine with nothing installed but Python.
+
+SQLite for data, a server-less broker, every component as a child process.
+The demo tenant is seeded once and described in ``<state-dir>/demo.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
+import typer
+
+from service.config import DEFAULT_STATE_DIR, Settings
+from service.db import session_scope
+from service.demo import seed_demo, write_manifest
+from service.migrate import upgrade
+from service.runtime import build_runtime
+
+READY_TIMEOUT_SECONDS = 60
+
+
+def dev(
+    state_dir: Annotated[Path, typer.Option(help="Where the database, keys and manifest live.")] = (
+        DEFAULT_STATE_DIR
+    ),
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    api_port: Annotated[int, typer.Option(help="HTTP API port.")] = 8000,
+    mcp_port: Annotated[int, typer.Option(help="MCP (streamable HTTP) port.")] = 8001,
+    reset: Annotated[bool, typer.Option("--reset", help="Start from an empty state dir.")] = False,
+) -> None:
+    """Run API + MCP on SQLite, seed the demo, write <state-dir>/demo.json; Ctrl-C stops it all."""
+    state_dir = state_dir.resolve()
+    if reset and state_dir.exists():
+        shutil.rmtree(state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "DRAFTGATE_STATE_DIR": str(state_dir),
+        "DRAFTGATE_MCP_PUBLIC_URL": f"http://{host}:{mcp_port}/mcp",
+    }
+    env.pop("DRAFTGATE_DATABASE_URL", None)  # dev always runs on the embedded default
+    env.pop("DRAFTGATE_BROKER_URL", None)
+    settings = Settings(state_dir=state_dir)
+    api_url, mcp_url = f"http://{host}:{api_port}", f"http://{host}:{mcp_port}/mcp"
+    manifest_path = state_dir / "demo.json"
+
+    upgrade(settings.resolved_database_url())
+    manifest = _load_or_seed(settings, manifest_path, api_url=api_url, mcp_url=mcp_url)
+    write_manifest(manifest, manifest_path)
+
+    children = _start(
+        {
+            "api": ["serve", "api", "--host", host, "--port", str(api_port)],
+            "mcp": ["serve", "mcp", "--host", host, "--port", str(mcp_port)],
+        },
+        env,
+    )
+    stopping = False
+
+    def stop(_signum: int, _frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        _wait_ready(
+            {"api": f"{api_url}/healthz", "mcp": f"http://{host}:{mcp_port}/healthz"}, children
+        )
+        _announce(state_dir, manifest, manifest_path)
+        while not stopping:
+            for name, child in children.items():
+                if child.poll() is not None:
+                    typer.echo(f"{name} exited with code {child.returncode}; stopping", err=True)
+                    raise typer.Exit(code=1)
+            time.sleep(0.5)
+    finally:
+        _stop(children)
+    typer.echo("stopped")
+
+
+def _load_or_seed(
+    settings: Settings, path: Path, *, api_url: str, mcp_url: str
+) -> dict[str, object]:
+    if path.exists():
+        manifest: dict[str, object] = json.loads(path.read_text())
+        manifest.update(api_url=api_url, mcp_url=mcp_url)
+        return manifest
+    runtime = build_runtime(settings)
+    try:
+        with session_scope(runtime.engine) as session:
+            return seed_demo(
+                session,
+                tenant=settings.default_tenant,
+                state_dir=settings.state_dir,
+                api_url=api_url,
+                mcp_url=mcp_url,
+            )
+    finally:
+        runtime.engine.dispose()
+
+
+def _start(
+    commands: dict[str, list[str]], env: dict[str, str]
+) -> dict[str, subprocess.Popen[bytes]]:
+    return {
+        name: subprocess.Popen([sys.executable, "-m", "service.cli", *args], env=env)
+        for name, args in commands.items()
+    }
+
+
+def _wait_ready(urls: dict[str, str], children: dict[str, subprocess.Popen[bytes]]) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    pending = dict(urls)
+    while pending:
+        for name, url in list(pending.items()):
+            if children[name].poll() is not None:
+                raise typer.Exit(code=1)
+            try:
+                with urllib.request.urlopen(url, timeout=1):  # noqa: S310 - our own loopback URL
+                    del pending[name]
+            except OSError:
+                pass
+        if time.monotonic() > deadline:
+            typer.echo(f"not ready after {READY_TIMEOUT_SECONDS}s: {', '.join(pending)}", err=True)
+            raise typer.Exit(code=1)
+        time.sleep(0.2)
+
+
+def _stop(children: dict[str, subprocess.Popen[bytes]]) -> None:
+    for child in children.values():
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    for child in children.values():
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def _announce(state_dir: Path, manifest: dict[str, object], manifest_path: Path) -> None:
+    typer.echo("")
+    typer.echo("draftgate is running (embedded: SQLite, no servers)")
+    typer.echo(f"  HTTP API   {manifest['api_url']}   (OpenAPI: {manifest['api_url']}/docs)")
+    typer.echo(f"  MCP        {manifest['mcp_url']}   (streamable HTTP, bearer token)")
+    typer.echo(f"  database   {state_dir / 'draftgate.db'}")
+    typer.echo(f"  manifest   {manifest_path}   (demo tokens, keys, order ids)")
+    typer.echo("Press Ctrl-C to stop.")

@@ -1,0 +1,85 @@
+"""Settings, read once from the environment (prefix ``DRAFTGATE_``)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_STATE_DIR = Path(".draftgate")
+
+# The reference policies (DESIGN.md §4). Thresholds are written in major units
+# of the draft's own currency ("500.00" means 500.00 USD for a USD refund and
+# 500 JPY for a JPY one) and converted with the ISO 4217 exponent.
+DEFAULT_POLICIES: dict[str, Any] = {
+    "refund": {
+        "ttl_seconds": 86_400,
+        "tiers": [{"up_to": "500.00", "approvals": 1}, {"approvals": 2}],
+    },
+    "cancel_order": {"ttl_seconds": 86_400, "tiers": [{"approvals": 1}]},
+    "change_shipping_address": {"ttl_seconds": 86_400, "tiers": [{"approvals": 1}]},
+}
+
+
+class Settings(BaseSettings):
+    """Everything an operator can set. Defaults give the embedded single-machine setup."""
+
+    model_config = SettingsConfigDict(env_prefix="DRAFTGATE_", extra="ignore")
+
+    state_dir: Path = DEFAULT_STATE_DIR
+    database_url: str = ""
+    broker_url: str = ""
+
+    # Tenant used by CLI commands when none is given, and for audit events that
+    # cannot be attributed to a tenant (a request with no or an unknown token).
+    default_tenant: str = "demo"
+
+    # Python modules whose ``ACTIONS`` are registered; a user's own package is
+    # listed here exactly like the bundled reference shop.
+    action_modules: list[str] = Field(default_factory=lambda: ["service.shop.actions"])
+
+    policies: dict[str, Any] = Field(default_factory=lambda: dict(DEFAULT_POLICIES))
+    default_draft_ttl_seconds: int = Field(default=86_400, ge=60)
+    idempotency_retention_seconds: int = Field(default=86_400, ge=86_400)
+
+    # The reference shop's simulated carrier: a latency above the timeout makes
+    # get_logistics fail with the retryable UPSTREAM_TIMEOUT.
+    shop_carrier_latency_ms: int = Field(default=0, ge=0)
+    shop_carrier_timeout_ms: int = Field(default=2_000, ge=1)
+    shop_refund_window_days: int = Field(default=30, ge=0)
+
+    # Bounds applied to every tool argument object before schema validation.
+    max_argument_bytes: int = Field(default=16_384, ge=256)
+    max_argument_depth: int = Field(default=6, ge=2)
+
+    # The public URL of the MCP endpoint.
+    mcp_public_url: str = "http://127.0.0.1:8001/mcp"
+    # Host/Origin headers the MCP endpoint accepts (DNS-rebinding protection); an
+    # empty host list switches the check off (behind a proxy that does it).
+    mcp_allowed_hosts: list[str] = Field(
+        default_factory=lambda: ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+    )
+    mcp_allowed_origins: list[str] = Field(
+        default_factory=lambda: ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
+    )
+
+    def resolved_database_url(self) -> str:
+        """The configured database URL, or the embedded SQLite file in the state dir."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.state_dir / 'draftgate.db').resolve()}"
+
+    def resolved_broker_url(self) -> str:
+        """The configured broker, or kombu's server-less SQLAlchemy transport over SQLite."""
+        if self.broker_url:
+            return self.broker_url
+        return f"sqla+sqlite:///{(self.state_dir / 'broker.db').resolve()}"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings (tests build their own ``Settings`` instead)."""
+    return Settings()

@@ -1,0 +1,85 @@
+"""The database engine and the unit of work. Nothing else lives here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from sqlalchemy import Engine, create_engine, event
+from sqlmodel import Session
+
+from service.audit import chain
+from service.errors import DomainError
+
+T = TypeVar("T")
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def make_engine(url: str, **kwargs: Any) -> Engine:
+    """Create an engine; SQLite gets the settings that make it safe under concurrency."""
+    if url.startswith("sqlite"):
+        engine = create_engine(
+            url, connect_args={"check_same_thread": False, "timeout": 30}, **kwargs
+        )
+        event.listen(engine, "connect", _configure_sqlite_connection)
+        event.listen(engine, "begin", _begin_immediate)
+        return engine
+    return create_engine(url, pool_pre_ping=True, **kwargs)
+
+
+def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
+    # Let SQLAlchemy, not the sqlite3 module, decide when transactions begin,
+    # so that SAVEPOINTs work and the BEGIN below is the one that counts.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def _begin_immediate(connection: Any) -> None:
+    # Every draftgate transaction writes (at least its audit event), so take the
+    # write lock up front: a deferred transaction that later upgrades its lock
+    # fails with SQLITE_BUSY instead of waiting.
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+@contextmanager
+def session_scope(engine: Engine) -> Iterator[Session]:
+    """One transaction: commit on success, roll back on any exception.
+
+    Audit events recorded during the unit of work are appended to the tenant's
+    hash chain just before the commit, inside the same transaction.
+    """
+    with Session(engine, expire_on_commit=False) as session:
+        try:
+            yield session
+            chain.append_recorded(session)
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+
+
+def run_unit(
+    engine: Engine,
+    work: Callable[[Session], T],
+    *,
+    on_refusal: Callable[[Session, DomainError], None],
+) -> T:
+    """Run ``work`` in one transaction; if it refuses, roll it all back and record the refusal.
+
+    Nothing a refused request did survives except the refusal's own audit
+    event, written in a second, separate transaction.
+    """
+    try:
+        with session_scope(engine) as session:
+            return work(session)
+    except DomainError as error:
+        with session_scope(engine) as session:
+            on_refusal(session, error)
+        raise

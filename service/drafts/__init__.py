@@ -1,0 +1,1 @@
+"""Drafts: versioned, idempotent records of proposed writes (DESIGN.md §3)."""

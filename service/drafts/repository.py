@@ -1,0 +1,70 @@
+"""Every query on the draft tables; all scoped by tenant."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import delete
+from sqlmodel import Session, col, select
+
+from service.drafts.models import Draft, DraftRevision, IdempotencyKey
+from service.sql import insert_or_ignore
+
+
+def get(session: Session, tenant: str, draft_id: str, *, for_update: bool = False) -> Draft | None:
+    statement = select(Draft).where(col(Draft.id) == draft_id, col(Draft.tenant) == tenant)
+    if for_update:
+        statement = statement.with_for_update().execution_options(populate_existing=True)
+    return session.exec(statement).one_or_none()
+
+
+def by_open_dedupe_key(session: Session, dedupe_key: str) -> Draft | None:
+    statement = select(Draft).where(col(Draft.open_dedupe_key) == dedupe_key)
+    return session.exec(statement).one_or_none()
+
+
+def insert_draft_unless_duplicate(session: Session, draft: Draft) -> bool:
+    """Insert a new draft unless an open identical one holds its dedupe key; True if inserted."""
+    return insert_or_ignore(session, Draft.__table__, draft.model_dump())  # type: ignore[attr-defined]
+
+
+def add_revision(session: Session, revision: DraftRevision) -> None:
+    session.add(revision)
+
+
+def revisions(session: Session, draft_id: str) -> list[DraftRevision]:
+    statement = (
+        select(DraftRevision)
+        .where(col(DraftRevision.draft_id) == draft_id)
+        .order_by(col(DraftRevision.revision))
+    )
+    return list(session.exec(statement).all())
+
+
+def claim_idempotency_key(
+    session: Session, key: IdempotencyKey, *, now: datetime
+) -> IdempotencyKey | None:
+    """Claim a key atomically. Returns None if claimed, else the live claim that holds it.
+
+    An expired claim is removed first, so a key can be reused after the retention period.
+    """
+    scope = (
+        col(IdempotencyKey.tenant) == key.tenant,
+        col(IdempotencyKey.agent) == key.agent,
+        col(IdempotencyKey.action) == key.action,
+        col(IdempotencyKey.key) == key.key,
+    )
+    session.execute(delete(IdempotencyKey).where(*scope, col(IdempotencyKey.expires_at) < now))
+    if insert_or_ignore(session, IdempotencyKey.__table__, key.model_dump()):  # type: ignore[attr-defined]
+        return None
+    statement = select(IdempotencyKey).where(*scope).execution_options(populate_existing=True)
+    return session.exec(statement).one()
+
+
+def repoint_idempotency_key(
+    session: Session, tenant: str, agent: str, action: str, key: str, draft_id: str
+) -> None:
+    claim = session.get(IdempotencyKey, (tenant, agent, action, key))
+    assert claim is not None, "repointing a key this unit of work just claimed"
+    claim.draft_id = draft_id
+    session.add(claim)

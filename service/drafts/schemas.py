@@ -1,0 +1,131 @@
+"""How drafts are shown: to the agent (masked, with advice) and, later, to approvers."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.drafts.models import Draft, DraftStatus
+from service.money import AmountView
+
+DRAFT_ID_PATTERN = r"^dft_[0-9a-f]{32}$"
+
+
+class ApprovalProgress(BaseModel):
+    required: int = Field(description="Distinct human approvals the policy requires.")
+    received: int = Field(description="Valid approvals of the current revision so far.")
+
+
+class AgentDraftView(BaseModel):
+    """A draft as the agent sees it: no raw PII, and a message saying what to tell the user."""
+
+    model_config = ConfigDict(frozen=True)
+
+    draft_id: str
+    action: str
+    status: DraftStatus
+    revision: int
+    summary: str
+    params: dict[str, Any] = Field(description="The proposed arguments, PII masked.")
+    params_sha256: str
+    amount: AmountView | None = None
+    risk: str
+    approvals: ApprovalProgress
+    created_at: datetime
+    expires_at: datetime
+    replayed: bool = Field(
+        default=False,
+        description="True when this call returned an existing draft instead of creating one.",
+    )
+    reason: str | None = Field(
+        default=None, description="Why the draft was rejected, failed or expired."
+    )
+    outcome: dict[str, Any] | None = Field(
+        default=None, description="What the execution did, once it succeeded."
+    )
+    message: str = Field(description="What happened, in words to relay to the user.")
+    next_action: str = Field(description="What the agent should do next.")
+
+
+def agent_view(
+    draft: Draft,
+    *,
+    masked_params: dict[str, Any],
+    approvals_received: int,
+    replayed: bool = False,
+    outcome: dict[str, Any] | None = None,
+) -> AgentDraftView:
+    status = DraftStatus(draft.status)
+    message, next_action = _advice(draft, status, approvals_received, outcome)
+    return AgentDraftView(
+        draft_id=draft.id,
+        action=draft.action,
+        status=status,
+        revision=draft.revision,
+        summary=draft.summary,
+        params=masked_params,
+        params_sha256=draft.params_sha256,
+        amount=(
+            AmountView.of(draft.amount_minor, draft.currency)
+            if draft.amount_minor is not None and draft.currency
+            else None
+        ),
+        risk=draft.risk,
+        approvals=ApprovalProgress(required=draft.approvals_required, received=approvals_received),
+        created_at=draft.created_at,
+        expires_at=draft.expires_at,
+        replayed=replayed,
+        reason=draft.status_reason,
+        outcome=outcome,
+        message=message,
+        next_action=next_action,
+    )
+
+
+def _advice(
+    draft: Draft, status: DraftStatus, received: int, outcome: dict[str, Any] | None
+) -> tuple[str, str]:
+    check_later = f"Call get_draft with draft_id {draft.id} later to learn the outcome."
+    match status:
+        case DraftStatus.PROPOSED:
+            return (
+                f"The request is recorded as draft {draft.id} and waits for human approval "
+                f"({received} of {draft.approvals_required} approvals). Nothing has been "
+                "executed yet.",
+                "Tell the user the request is pending human review. " + check_later,
+            )
+        case DraftStatus.APPROVED:
+            return (
+                "A human approved the request; it waits to be executed. Nothing has run yet.",
+                "Tell the user it was approved and will be carried out. " + check_later,
+            )
+        case DraftStatus.QUEUED | DraftStatus.RUNNING:
+            return (
+                "The approved request is being executed now.",
+                "Tell the user it is in progress. " + check_later,
+            )
+        case DraftStatus.SUCCEEDED:
+            done = (outcome or {}).get("summary", "the change was made")
+            return (f"Done: {done}.", "Tell the user the request has been completed.")
+        case DraftStatus.FAILED:
+            return (
+                f"The approved request could not be carried out: {draft.status_reason}.",
+                "Tell the user it could not be completed and why. Do not re-propose it "
+                "unless the reason has been resolved.",
+            )
+        case DraftStatus.REJECTED:
+            return (
+                f"A human reviewer declined this request (reason: {draft.status_reason}). "
+                "Nothing was executed. This is not a system failure and not a permission "
+                "problem: a person decided against it.",
+                "Tell the user the request was declined and why. Do not propose the same "
+                "change again unchanged.",
+            )
+        case DraftStatus.EXPIRED:
+            return (
+                "The request expired before it was approved and executed; nothing was executed.",
+                "If the user still wants it, propose it again.",
+            )
+    raise AssertionError(f"unhandled status {status}")  # pragma: no cover

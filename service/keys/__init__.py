@@ -1,0 +1,1 @@
+"""Approver signing keys: public halves registered per approver and tenant."""

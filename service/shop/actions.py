@@ -1,0 +1,346 @@
+"""The shop's actions: three reads the agent calls directly, three writes it can only propose."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from service.actions.base import ActionContext, Outcome, Preview, ReadAction, Risk, WriteAction
+from service.errors import Category, DomainError
+from service.masking import mask_phone
+from service.money import AmountView, Money
+from service.shop import carrier, repository, rules
+from service.shop.models import AddressChange, Cancellation, Order, OrderStatus, Refund
+from service.shop.schemas import (
+    CancelOrderInput,
+    ChangeShippingAddressInput,
+    ListOrdersInput,
+    Logistics,
+    MaskedAddress,
+    OrderDetails,
+    OrderInput,
+    OrderItemView,
+    OrderList,
+    OrderSummary,
+    RefundInput,
+    TrackingEventView,
+    masked_address,
+)
+
+HIGH_RISK_REFUND_SHARE = 0.5  # refunding more than half of an order is high risk
+
+
+def _order(ctx: ActionContext, order_id: str, *, for_update: bool = False) -> Order:
+    order = repository.customer_order(
+        ctx.session,
+        ctx.principal.tenant,
+        ctx.principal.on_behalf_of,
+        order_id,
+        for_update=for_update,
+    )
+    if order is None:
+        raise rules.order_unavailable()
+    return order
+
+
+class ListOrders(ReadAction):
+    name = "list_orders"
+    kind = "read"
+    contract_version = 1
+    title = "List the customer's recent orders"
+    description = (
+        "Lists the most recent orders of the customer you are helping, newest first: order id, "
+        "status, date, total and item count. Use it when the user does not know the order id. "
+        "limit defaults to 5 (max 20). It shows only this customer's orders and cannot search "
+        "by product or date."
+    )
+    Input = ListOrdersInput
+    Output = OrderList
+
+    def handle(self, ctx: ActionContext, params: ListOrdersInput) -> OrderList:
+        orders = repository.recent_orders(
+            ctx.session, ctx.principal.tenant, ctx.principal.on_behalf_of, params.limit
+        )
+        counts = repository.item_counts(ctx.session, [o.id for o in orders if o.id is not None])
+        return OrderList(
+            orders=[
+                OrderSummary(
+                    order_id=order.order_number,
+                    status=OrderStatus(order.status),
+                    placed_at=order.created_at,
+                    total=AmountView.of(order.total_minor, order.currency),
+                    item_count=counts.get(order.id or 0, 0),
+                )
+                for order in orders
+            ],
+            next_action="Call get_order with an order_id for details, refundable amount and "
+            "what can be done with it.",
+        )
+
+
+class GetOrder(ReadAction):
+    name = "get_order"
+    kind = "read"
+    contract_version = 1
+    title = "Get one order's details"
+    description = (
+        "Returns one order of the customer you are helping: status, items, amounts, how much "
+        "can still be refunded, tracking number, days since delivery, and next_action saying "
+        "what is possible. Phone and address are masked. Order ids look like ORD-1001. An order "
+        "that does not exist or belongs to someone else gives ORDER_UNAVAILABLE."
+    )
+    Input = OrderInput
+    Output = OrderDetails
+
+    def handle(self, ctx: ActionContext, params: OrderInput) -> OrderDetails:
+        order = _order(ctx, params.order_id)
+        assert order.id is not None
+        session, window = ctx.session, ctx.settings.shop_refund_window_days
+        refundable = rules.refundable_minor(session, order, now=ctx.now, window_days=window)
+        shipment = repository.shipment(session, order.id)
+        customer = repository.customer(session, order.customer_id)
+        return OrderDetails(
+            order_id=order.order_number,
+            status=OrderStatus(order.status),
+            placed_at=order.created_at,
+            items=[
+                OrderItemView(
+                    sku=item.sku,
+                    name=item.name,
+                    quantity=item.quantity,
+                    unit_price=AmountView.of(item.unit_price_minor, order.currency),
+                )
+                for item in repository.items(session, order.id)
+            ],
+            total=AmountView.of(order.total_minor, order.currency),
+            refunded=AmountView.of(repository.refunded_minor(session, order.id), order.currency),
+            refundable=AmountView.of(refundable, order.currency),
+            carrier=shipment.carrier if shipment else None,
+            tracking_number=shipment.tracking_number if shipment else None,
+            days_since_delivery=rules.days_since_delivery(order, ctx.now),
+            customer_phone=mask_phone(customer.phone),
+            shipping_address=MaskedAddress(**masked_address(order.shipping_address)),
+            next_action=rules.next_action(order, refundable),
+        )
+
+
+class GetLogistics(ReadAction):
+    name = "get_logistics"
+    kind = "read"
+    contract_version = 1
+    title = "Get an order's shipment tracking"
+    description = (
+        "Asks the carrier for the tracking events of a shipped order: time, status, location. "
+        "Orders not yet shipped have no tracking (ORDER_NOT_SHIPPED). The carrier can be slow: "
+        "UPSTREAM_TIMEOUT is retryable, try again shortly."
+    )
+    Input = OrderInput
+    Output = Logistics
+
+    def handle(self, ctx: ActionContext, params: OrderInput) -> Logistics:
+        order = _order(ctx, params.order_id)
+        assert order.id is not None
+        shipment = repository.shipment(ctx.session, order.id)
+        if shipment is None:
+            raise DomainError(
+                "ORDER_NOT_SHIPPED",
+                Category.PRECONDITION_FAILED,
+                f"The order is {order.status} and has not shipped, so there is no tracking yet.",
+                suggested_action="Tell the user the order has not shipped yet.",
+            )
+        events = carrier.fetch_tracking(ctx.session, shipment, ctx.settings)
+        return Logistics(
+            order_id=order.order_number,
+            carrier=shipment.carrier,
+            tracking_number=shipment.tracking_number,
+            events=[
+                TrackingEventView(
+                    at=event.at,
+                    status=event.status,
+                    location=event.location,
+                    description=event.description,
+                )
+                for event in events
+            ],
+            next_action="Relay the latest event to the user.",
+        )
+
+
+class RefundAction(WriteAction):
+    name = "refund"
+    kind = "write"
+    contract_version = 1
+    title = "Propose a refund"
+    description = (
+        "Proposes refunding part or all of an order. This does NOT refund anything by itself: "
+        "it creates a draft that a human approver must sign before it is executed. amount is "
+        "{amount_minor, currency} in minor units (1250 = 12.50 USD) in the order's currency, "
+        "at most the refundable amount shown by get_order. Pass an idempotency_key to retry "
+        "safely, or draft_id to revise your own pending draft. Returns the draft and what to "
+        "tell the user."
+    )
+    Input = RefundInput
+
+    def validate(self, ctx: ActionContext, params: RefundInput) -> Preview:
+        order = _order(ctx, params.order_id)
+        rules.check_refund(
+            ctx.session,
+            order,
+            params.amount,
+            now=ctx.now,
+            window_days=ctx.settings.shop_refund_window_days,
+        )
+        share = params.amount.amount_minor / order.total_minor
+        return Preview(
+            summary=f"Refund {params.amount.render()} on order {order.order_number} "
+            f"(reason: {params.reason.value.replace('_', ' ')}).",
+            amount=params.amount,
+            risk=Risk.HIGH if share > HIGH_RISK_REFUND_SHARE else Risk.LOW,
+        )
+
+    def execute(self, ctx: ActionContext, params: RefundInput, idempotency_key: str) -> Outcome:
+        existing = repository.refund_by_key(ctx.session, idempotency_key)
+        if existing is None:
+            order = _order(ctx, params.order_id, for_update=True)
+            rules.check_refund(
+                ctx.session,
+                order,
+                params.amount,
+                now=ctx.now,
+                window_days=ctx.settings.shop_refund_window_days,
+            )
+            assert order.id is not None
+            existing = Refund(
+                id="re_" + secrets.token_hex(12),
+                tenant=order.tenant,
+                idempotency_key=idempotency_key,
+                order_id=order.id,
+                amount_minor=params.amount.amount_minor,
+                currency=params.amount.currency,
+                reason=params.reason.value,
+                note=params.note,
+                created_at=ctx.now,
+            )
+            ctx.session.add(existing)
+            ctx.session.flush()
+        amount = Money(amount_minor=existing.amount_minor, currency=existing.currency)
+        return Outcome(
+            summary=f"refunded {amount.render()} on order {params.order_id} (refund {existing.id})",
+            data={
+                "refund_id": existing.id,
+                "amount_minor": existing.amount_minor,
+                "currency": existing.currency,
+            },
+        )
+
+
+class CancelOrderAction(WriteAction):
+    name = "cancel_order"
+    kind = "write"
+    contract_version = 1
+    title = "Propose cancelling an order"
+    description = (
+        "Proposes cancelling an order that has not shipped (status pending_payment or paid). "
+        "This does NOT cancel anything by itself: it creates a draft that a human approver must "
+        "sign before it is executed. Pass an idempotency_key to retry safely. Returns the draft "
+        "and what to tell the user."
+    )
+    Input = CancelOrderInput
+
+    def validate(self, ctx: ActionContext, params: CancelOrderInput) -> Preview:
+        order = _order(ctx, params.order_id)
+        rules.check_cancellable(order)
+        return Preview(
+            summary=f"Cancel order {order.order_number} ({order.status}, total "
+            f"{AmountView.of(order.total_minor, order.currency).display}; reason: "
+            f"{params.reason.value.replace('_', ' ')}).",
+            amount=None,
+            risk=Risk.MEDIUM,
+        )
+
+    def execute(
+        self, ctx: ActionContext, params: CancelOrderInput, idempotency_key: str
+    ) -> Outcome:
+        existing = repository.cancellation_by_key(ctx.session, idempotency_key)
+        if existing is None:
+            order = _order(ctx, params.order_id, for_update=True)
+            rules.check_cancellable(order)
+            assert order.id is not None
+            existing = Cancellation(
+                id="can_" + secrets.token_hex(12),
+                tenant=order.tenant,
+                idempotency_key=idempotency_key,
+                order_id=order.id,
+                reason=params.reason.value,
+                created_at=ctx.now,
+            )
+            order.status = OrderStatus.CANCELLED.value
+            order.cancelled_at = ctx.now
+            ctx.session.add_all([order, existing])
+            ctx.session.flush()
+        return Outcome(
+            summary=f"cancelled order {params.order_id} (cancellation {existing.id})",
+            data={"cancellation_id": existing.id},
+        )
+
+
+class ChangeShippingAddressAction(WriteAction):
+    name = "change_shipping_address"
+    kind = "write"
+    contract_version = 1
+    title = "Propose a new shipping address"
+    description = (
+        "Proposes changing the shipping address of an order that has not shipped yet. This does "
+        "NOT change anything by itself: it creates a draft that a human approver must sign "
+        "before it is executed. address needs recipient, 1-3 street lines, district, city, "
+        "postal_code and a 2-letter country code. Pass an idempotency_key to retry safely."
+    )
+    Input = ChangeShippingAddressInput
+
+    def validate(self, ctx: ActionContext, params: ChangeShippingAddressInput) -> Preview:
+        order = _order(ctx, params.order_id)
+        rules.check_readdressable(order)
+        where = f"{params.address.district}, {params.address.city}, {params.address.country}"
+        return Preview(
+            summary=f"Change the shipping address of order {order.order_number} to an address "
+            f"in {where}.",
+            amount=None,
+            risk=Risk.HIGH,  # redirecting goods is a classic fraud pattern
+        )
+
+    def execute(
+        self, ctx: ActionContext, params: ChangeShippingAddressInput, idempotency_key: str
+    ) -> Outcome:
+        existing = repository.address_change_by_key(ctx.session, idempotency_key)
+        if existing is None:
+            order = _order(ctx, params.order_id, for_update=True)
+            rules.check_readdressable(order)
+            assert order.id is not None
+            new_address: dict[str, Any] = params.address.model_dump(exclude_none=True)
+            existing = AddressChange(
+                id="adr_" + secrets.token_hex(12),
+                tenant=order.tenant,
+                idempotency_key=idempotency_key,
+                order_id=order.id,
+                previous_address=order.shipping_address,
+                new_address=new_address,
+                created_at=ctx.now,
+            )
+            order.shipping_address = new_address
+            ctx.session.add_all([order, existing])
+            ctx.session.flush()
+        return Outcome(
+            summary=f"changed the shipping address of order {params.order_id} "
+            f"(change {existing.id})",
+            data={"address_change_id": existing.id},
+        )
+
+
+ACTIONS: list[ReadAction | WriteAction] = [
+    ListOrders(),
+    GetOrder(),
+    GetLogistics(),
+    RefundAction(),
+    CancelOrderAction(),
+    ChangeShippingAddressAction(),
+]

@@ -1,0 +1,61 @@
+"""Small SQL helpers shared by every repository: UTC timestamps and atomic claims."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, CursorResult, DateTime, Integer, Table, TypeDecorator
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Dialect
+from sqlmodel import Session
+
+# 64-bit integers everywhere money or counters live (PostgreSQL's INTEGER is 32-bit).
+# SQLite needs plain INTEGER for an auto-incrementing primary key (the rowid alias).
+BigInt = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def rfc3339(moment: datetime) -> str:
+    """UTC, microseconds, ``Z`` suffix: one spelling per instant (it is hashed and signed)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """An aware UTC datetime on every backend (SQLite would hand back naive values)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetimes are ambiguous; pass an aware UTC datetime")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def insert_or_ignore(session: Session, table: Table, values: dict[str, Any]) -> bool:
+    """INSERT a row unless it would violate a unique constraint; True if inserted.
+
+    On PostgreSQL a conflicting insert by a concurrent, uncommitted transaction
+    makes this wait for that transaction, so exactly one caller wins a claim.
+    """
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        statement: Any = postgresql.insert(table).values(**values).on_conflict_do_nothing()
+    elif dialect == "sqlite":
+        statement = sqlite.insert(table).values(**values).on_conflict_do_nothing()
+    else:  # pragma: no cover - only the two supported backends exist
+        raise RuntimeError(f"unsupported database dialect {dialect}")
+    result: CursorResult[Any] = session.execute(statement)  # type: ignore[assignment]
+    return bool(result.rowcount)

@@ -1,0 +1,22 @@
+"""Import every table module so ``SQLModel.metadata`` describes the whole schema (for Alembic)."""
+
+from sqlmodel import SQLModel
+
+from service.approvals import models as approvals_models
+from service.audit import models as audit_models
+from service.drafts import models as drafts_models
+from service.keys import models as keys_models
+from service.shop import models as shop_models
+from service.tokens import models as tokens_models
+
+metadata = SQLModel.metadata
+
+__all__ = [
+    "approvals_models",
+    "audit_models",
+    "drafts_models",
+    "keys_models",
+    "metadata",
+    "shop_models",
+    "tokens_models",
+]

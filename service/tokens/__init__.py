@@ -1,0 +1,1 @@
+"""Opaque bearer tokens, stored only as SHA-256 digests."""

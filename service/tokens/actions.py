@@ -1,0 +1,148 @@
+"""Token use cases: issue, revoke, list, and turn a bearer secret into a Principal."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from sqlmodel import Session
+
+from service.audit import actions as audit
+from service.errors import Category, DomainError, invalid_argument, unauthenticated
+from service.principal import Principal, Role
+from service.sql import utcnow
+from service.tokens import repository
+from service.tokens.models import ApiToken
+from service.tokens.schemas import IssuedToken, TokenInfo
+
+TOKEN_PREFIX = "dg_"  # noqa: S105 - a prefix that makes leaked tokens greppable, not a secret
+
+
+def digest(raw_token: str) -> str:
+    return hashlib.sha256(raw_token.encode()).hexdigest()
+
+
+def issue(
+    session: Session,
+    *,
+    tenant: str,
+    subject: str,
+    role: Role,
+    on_behalf_of: str | None = None,
+    label: str = "",
+    issued_by: str,
+) -> IssuedToken:
+    """Create a token; the secret is returned once and only its digest is stored."""
+    if role is Role.AGENT and not on_behalf_of:
+        raise invalid_argument("An agent token must name the end user it acts for (on_behalf_of).")
+    if role is not Role.AGENT and on_behalf_of:
+        raise invalid_argument("Only agent tokens act on behalf of an end user.")
+    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken(
+        id="tok_" + secrets.token_hex(8),
+        token_sha256=digest(raw),
+        tenant=tenant,
+        subject=subject,
+        role=role.value,
+        on_behalf_of=on_behalf_of,
+        label=label,
+        created_at=utcnow(),
+    )
+    session.add(token)
+    audit.record(
+        session,
+        tenant=tenant,
+        actor=issued_by,
+        type="token.issued",
+        data={
+            "token_id": token.id,
+            "subject": subject,
+            "role": role.value,
+            "on_behalf_of": on_behalf_of,
+            "label": label,
+        },
+    )
+    return IssuedToken(
+        token_id=token.id,
+        token=raw,
+        tenant=tenant,
+        subject=subject,
+        role=role,
+        on_behalf_of=on_behalf_of,
+    )
+
+
+def revoke(session: Session, *, tenant: str, token_id: str, revoked_by: str) -> TokenInfo:
+    """Revoke a token; every later request with it is refused."""
+    token = repository.by_id(session, tenant, token_id)
+    if token is None:
+        raise DomainError(
+            "TOKEN_UNAVAILABLE",
+            Category.UNAVAILABLE,
+            f"No token {token_id} in tenant {tenant}.",
+            suggested_action="List the tenant's tokens and use one of their ids.",
+        )
+    if token.revoked_at is None:
+        token.revoked_at = utcnow()
+        session.add(token)
+        audit.record(
+            session,
+            tenant=tenant,
+            actor=revoked_by,
+            type="token.revoked",
+            data={"token_id": token.id, "subject": token.subject, "role": token.role},
+        )
+    return _info(token)
+
+
+def list_tokens(session: Session, *, tenant: str) -> list[TokenInfo]:
+    return [_info(token) for token in repository.list_for(session, tenant)]
+
+
+def authenticate(session: Session, raw_token: str | None) -> Principal:
+    """The principal a bearer secret stands for; missing, unknown and revoked are all refused."""
+    if not raw_token:
+        raise unauthenticated("No bearer token was presented.")
+    token = repository.by_digest(session, digest(raw_token))
+    if token is None:
+        raise unauthenticated("The bearer token is not recognised.")
+    if token.revoked_at is not None:
+        raise unauthenticated("The bearer token has been revoked.")
+    return Principal(
+        tenant=token.tenant,
+        subject=token.subject,
+        role=Role(token.role),
+        token_id=token.id,
+        on_behalf_of=token.on_behalf_of,
+    )
+
+
+def record_refused_credential(
+    session: Session,
+    *,
+    tenant: str,
+    door: str,
+    reason: str,
+    trace_id: str | None = None,
+    presented: str | None = None,
+) -> None:
+    """Audit a refused credential: a short prefix of its digest is kept, never the secret."""
+    data: dict[str, str] = {"door": door, "reason": reason}
+    if presented:
+        data["token_sha256_prefix"] = digest(presented)[:12]
+    audit.record(
+        session, tenant=tenant, actor="anonymous", type="auth.refused", data=data, trace_id=trace_id
+    )
+
+
+def _info(token: ApiToken) -> TokenInfo:
+    return TokenInfo(
+        token_id=token.id,
+        tenant=token.tenant,
+        subject=token.subject,
+        role=Role(token.role),
+        on_behalf_of=token.on_behalf_of,
+        label=token.label,
+        created_at=token.created_at,
+        revoked_at=token.revoked_at,
+    )

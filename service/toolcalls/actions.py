@@ -1,0 +1,195 @@
+"""One agent tool call, start to finish, and the audit record of calls that were refused."""
+
+from __future__ import annotations
+
+import time
+from functools import cache
+from typing import Any
+
+from sqlmodel import Session
+
+from service.actions.base import ActionContext
+from service.actions.registry import ActionRegistry
+from service.audit import actions as audit
+from service.drafts import actions as drafts
+from service.drafts.schemas import AgentDraftView
+from service.errors import DomainError, invalid_argument
+from service.principal import Principal, Role
+from service.runtime import Runtime
+from service.sql import utcnow
+from service.toolcalls.schemas import (
+    CONTROL_FIELDS,
+    GetDraftInput,
+    ToolKind,
+    ToolSpec,
+    control_arguments,
+    propose_input_model,
+)
+from service.validation import check_bounds, parse
+
+GET_DRAFT_DESCRIPTION = (
+    "Returns the current state of a draft you proposed: pending (with approvals so far), "
+    "approved, queued or running, succeeded (with the outcome), failed (with the reason), "
+    "rejected by a human (with their reason), or expired. message says what to tell the user; "
+    "next_action says what to do next."
+)
+
+
+def catalog(registry: ActionRegistry) -> list[ToolSpec]:
+    """Every tool an agent can call, generated from the registry; writes only as propose_*."""
+    return list(_catalog(registry).values())
+
+
+@cache
+def _catalog(registry: ActionRegistry) -> dict[str, ToolSpec]:
+    tools: list[ToolSpec] = [
+        ToolSpec(
+            name=action.name,
+            title=action.title,
+            description=action.description,
+            kind=ToolKind.READ,
+            action=action.name,
+            input_model=action.Input,
+            output_model=action.Output,
+            read_only=True,
+            destructive=False,
+            idempotent=True,
+            open_world=False,
+        )
+        for action in registry.reads.values()
+    ]
+    tools += [
+        ToolSpec(
+            name=f"propose_{action.name}",
+            title=action.title,
+            description=action.description,
+            kind=ToolKind.PROPOSE,
+            action=action.name,
+            input_model=propose_input_model(action.name, action.Input),
+            output_model=AgentDraftView,
+            # Proposing records a draft; it changes nothing in the business system.
+            read_only=False,
+            destructive=False,
+            idempotent=True,
+            open_world=False,
+        )
+        for action in registry.writes.values()
+    ]
+    tools.append(
+        ToolSpec(
+            name="get_draft",
+            title="Check a draft's status",
+            description=GET_DRAFT_DESCRIPTION,
+            kind=ToolKind.DRAFT_STATUS,
+            action=None,
+            input_model=GetDraftInput,
+            output_model=AgentDraftView,
+            read_only=True,
+            destructive=False,
+            idempotent=True,
+            open_world=False,
+        )
+    )
+    return {tool.name: tool for tool in tools}
+
+
+def call_tool(
+    session: Session,
+    principal: Principal,
+    runtime: Runtime,
+    *,
+    name: str,
+    arguments: dict[str, Any],
+    trace_id: str | None,
+) -> dict[str, Any]:
+    """Run one tool call for an agent and audit it; returns the structured result.
+
+    Raises DomainError for every refusal; the caller rolls back and records it
+    with ``record_refused_call``.
+    """
+    started = time.perf_counter()
+    principal.require(Role.AGENT)
+    spec = _catalog(runtime.registry).get(name)
+    if spec is None:
+        raise invalid_argument(f"There is no tool named {name!r}.", code="UNKNOWN_TOOL")
+    check_bounds(
+        arguments,
+        max_bytes=runtime.settings.max_argument_bytes,
+        max_depth=runtime.settings.max_argument_depth,
+    )
+    params = parse(spec.input_model, arguments)
+    ctx = ActionContext(
+        session=session,
+        principal=principal,
+        settings=runtime.settings,
+        now=utcnow(),
+        trace_id=trace_id,
+    )
+    draft_id: str | None = None
+    if spec.kind is ToolKind.READ:
+        read = runtime.registry.reads[name]
+        result = read.handle(ctx, params).model_dump(mode="json")
+        masked_arguments = read.masked(params)
+    elif spec.kind is ToolKind.PROPOSE:
+        assert spec.action is not None
+        write = runtime.registry.writes[spec.action]
+        control = control_arguments(params)
+        action_params = write.Input.model_validate_json(
+            params.model_dump_json(exclude=set(CONTROL_FIELDS), exclude_none=True)
+        )
+        view = drafts.propose(ctx, write, action_params, policies=runtime.policies, **control)
+        result, draft_id = view.model_dump(mode="json"), view.draft_id
+        masked_arguments = {**write.masked(action_params), **control}
+    else:
+        assert isinstance(params, GetDraftInput)
+        draft_id = params.draft_id
+        view = drafts.get_for_agent(ctx, runtime.registry.writes, draft_id)
+        result, masked_arguments = view.model_dump(mode="json"), {"draft_id": draft_id}
+    data: dict[str, Any] = {"tool": name, "arguments": masked_arguments, "outcome": "ok"}
+    if spec.kind is ToolKind.PROPOSE:
+        data["replayed"] = result["replayed"]
+    data["latency_us"] = int((time.perf_counter() - started) * 1_000_000)
+    audit.record(
+        session,
+        tenant=principal.tenant,
+        actor=principal.actor,
+        type="tool.called",
+        draft_id=draft_id,
+        trace_id=trace_id,
+        data=data,
+    )
+    return result
+
+
+def record_refused_call(
+    session: Session,
+    principal: Principal,
+    *,
+    name: str,
+    arguments: Any,
+    error: DomainError,
+    latency_us: int,
+    trace_id: str | None,
+) -> None:
+    """Audit a refused tool call. Values may be invalid or hostile, so only field names are kept."""
+    argument_names = (
+        sorted(str(key)[:64] for key in arguments)[:32] if isinstance(arguments, dict) else []
+    )
+    audit.record(
+        session,
+        tenant=principal.tenant,
+        actor=principal.actor,
+        type="tool.refused",
+        trace_id=trace_id,
+        data={
+            "tool": name[:128],
+            "argument_names": argument_names,
+            "outcome": "refused",
+            "error": {
+                "code": error.code,
+                "category": error.category.value,
+                "message": error.message,
+            },
+            "latency_us": latency_us,
+        },
+    )

@@ -1,0 +1,1 @@
+"""Test helpers: real databases, real servers, real MCP clients."""
