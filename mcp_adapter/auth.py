@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from contextvars import ContextVar
+
 import anyio
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.db import session_scope
+from service.db import run_unit, session_scope
 from service.errors import DomainError
 from service.principal import Principal, Role
 from service.runtime import Runtime
@@ -16,6 +18,12 @@ from service.tracing import trace_id_from
 DOOR = "mcp"
 
 
+AGENTS_ONLY = frozenset({Role.AGENT})
+# The trace id of the HTTP request being served, set by CredentialAudit, so that a
+# token refused by the verifier is audited under the caller's trace.
+request_trace_id: ContextVar[str | None] = ContextVar("request_trace_id", default=None)
+
+
 class DraftgateTokenVerifier(TokenVerifier):
     """Resolves our opaque tokens. Only agent tokens may use the MCP door."""
 
@@ -23,21 +31,12 @@ class DraftgateTokenVerifier(TokenVerifier):
         self._runtime = runtime
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        return await anyio.to_thread.run_sync(self._verify, token)
+        return await anyio.to_thread.run_sync(self._verify, token, request_trace_id.get())
 
-    def _verify(self, token: str) -> AccessToken | None:
+    def _verify(self, token: str, trace_id: str | None) -> AccessToken | None:
         try:
-            with session_scope(self._runtime.engine) as session:
-                principal = tokens.authenticate(session, token)
-        except DomainError as error:
-            self._refuse(error.message, presented=token)
-            return None
-        if principal.role is not Role.AGENT:
-            self._refuse(
-                f"a {principal.role.value} token may not use the MCP door (agents only)",
-                presented=token,
-                tenant=principal.tenant,
-            )
+            principal = authenticate_for_mcp(self._runtime, token, trace_id=trace_id, door=DOOR)
+        except DomainError:
             return None
         return AccessToken(
             token=principal.token_id,  # the secret itself goes no further than this function
@@ -47,15 +46,23 @@ class DraftgateTokenVerifier(TokenVerifier):
             claims={"tenant": principal.tenant, "on_behalf_of": principal.on_behalf_of},
         )
 
-    def _refuse(self, reason: str, *, presented: str | None, tenant: str | None = None) -> None:
-        with session_scope(self._runtime.engine) as session:
-            tokens.record_refused_credential(
-                session,
-                tenant=tenant or self._runtime.settings.default_tenant,
-                door=DOOR,
-                reason=reason,
-                presented=presented,
-            )
+
+def authenticate_for_mcp(
+    runtime: Runtime, token: str | None, *, trace_id: str | None, door: str
+) -> Principal:
+    """An agent principal, or UNAUTHENTICATED with the refusal audited (its own transaction)."""
+    return run_unit(
+        runtime.engine,
+        lambda session: tokens.authenticate(session, token, allowed_roles=AGENTS_ONLY),
+        on_refusal=lambda session, error: tokens.record_refused_credential(
+            session,
+            tenant=runtime.settings.default_tenant,
+            door=door,
+            reason=error.message,
+            trace_id=trace_id,
+            presented=token,
+        ),
+    )
 
 
 def principal_from(access_token: AccessToken) -> Principal:
@@ -70,28 +77,36 @@ def principal_from(access_token: AccessToken) -> Principal:
     )
 
 
-class AuditMissingCredentials:
-    """ASGI wrapper: a request without a bearer token never reaches the verifier; audit it here."""
+class CredentialAudit:
+    """ASGI wrapper for the MCP endpoint: remembers the request's trace id for the verifier,
+    and audits requests without a bearer token, which never reach the verifier."""
 
     def __init__(self, app: ASGIApp, runtime: Runtime) -> None:
         self._app = app
         self._runtime = runtime
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/mcp"):
-            headers = {key.lower(): value for key, value in scope["headers"]}
-            authorization = headers.get(b"authorization", b"").decode("latin-1")
-            if not authorization.lower().startswith("bearer ") or not authorization[7:].strip():
-                traceparent = headers.get(b"traceparent", b"").decode("latin-1") or None
-                await anyio.to_thread.run_sync(self._record, trace_id_from(traceparent))
-        await self._app(scope, receive, send)
+        if scope["type"] != "http" or not scope["path"].startswith("/mcp"):
+            await self._app(scope, receive, send)
+            return
+        headers = {key.lower(): value for key, value in scope["headers"]}
+        traceparent = headers.get(b"traceparent", b"").decode("latin-1") or None
+        trace_id = trace_id_from(traceparent)
+        authorization = headers.get(b"authorization", b"").decode("latin-1")
+        if not authorization.lower().startswith("bearer ") or not authorization[7:].strip():
+            await anyio.to_thread.run_sync(self._record_missing, trace_id)
+        reset = request_trace_id.set(trace_id)
+        try:
+            await self._app(scope, receive, send)
+        finally:
+            request_trace_id.reset(reset)
 
-    def _record(self, trace_id: str) -> None:
+    def _record_missing(self, trace_id: str) -> None:
         with session_scope(self._runtime.engine) as session:
             tokens.record_refused_credential(
                 session,
                 tenant=self._runtime.settings.default_tenant,
                 door=DOOR,
-                reason="no bearer token was presented",
+                reason="No bearer token was presented.",
                 trace_id=trace_id,
             )

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 from urllib.parse import urlsplit
 
 from mcp.server import MCPServer
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.types import CallToolResult, InputRequiredResult
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp
 
-from mcp_adapter.auth import AuditMissingCredentials, DraftgateTokenVerifier
-from mcp_adapter.tools import ToolDoor, build_tools
+from mcp_adapter.auth import CredentialAudit, DraftgateTokenVerifier
+from mcp_adapter.tools import ToolDoor, build_tools, dispatch
 from service.runtime import Runtime
 
 INSTRUCTIONS = (
@@ -28,13 +30,35 @@ INSTRUCTIONS = (
 )
 
 
+class DraftgateMCPServer(MCPServer):
+    """MCPServer whose unknown tool names still reach the core.
+
+    The SDK would answer "Unknown tool: refund" as bare text and nothing would be
+    audited; an agent trying to call a write action directly is exactly what an
+    auditor wants to see, so the core refuses it with a structured UNKNOWN_TOOL.
+    """
+
+    def __init__(self, door: ToolDoor, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._door = door
+        self._names = {tool.name for tool in kwargs.get("tools") or []}
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Any = None
+    ) -> CallToolResult | InputRequiredResult:
+        if name not in self._names:
+            return await dispatch(self._door, name, arguments, context)
+        return await super().call_tool(name, arguments, context)
+
+
 def create_mcp_server(runtime: Runtime, *, stdio_token: str | None = None) -> MCPServer:
     """An MCPServer offering the registry's tools. Over HTTP it authenticates with our tokens;
     over stdio every call is made with ``stdio_token``."""
     door = ToolDoor(runtime, stdio_token=stdio_token)
     over_http = stdio_token is None
     public = urlsplit(runtime.settings.mcp_public_url)
-    return MCPServer(
+    return DraftgateMCPServer(
+        door,
         name="draftgate",
         title="draftgate",
         instructions=INSTRUCTIONS,
@@ -77,4 +101,4 @@ def create_http_app(runtime: Runtime) -> ASGIApp:
         return JSONResponse({"status": "ok"})
 
     app = Starlette(routes=[Route("/healthz", healthz), Mount("/", app=mcp_app)], lifespan=lifespan)
-    return AuditMissingCredentials(app, runtime)
+    return CredentialAudit(app, runtime)

@@ -22,13 +22,12 @@ from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetad
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import PrivateAttr
 
-from mcp_adapter.auth import DOOR, principal_from
+from mcp_adapter.auth import DOOR, authenticate_for_mcp, principal_from
 from mcp_adapter.errors import internal_error, tool_error
 from service.db import run_unit, session_scope
 from service.errors import DomainError
 from service.principal import Principal
 from service.runtime import Runtime
-from service.tokens import actions as tokens
 from service.toolcalls import actions as toolcalls
 from service.toolcalls.schemas import ToolSpec
 from service.tracing import trace_id_from
@@ -48,18 +47,9 @@ class ToolDoor:
         self, name: str, arguments: dict[str, Any], trace_id: str, principal: Principal | None
     ) -> dict[str, Any]:
         engine, started = self.runtime.engine, time.perf_counter()
-        if principal is None:
-            principal = run_unit(
-                engine,
-                lambda session: tokens.authenticate(session, self.stdio_token),
-                on_refusal=lambda session, error: tokens.record_refused_credential(
-                    session,
-                    tenant=self.runtime.settings.default_tenant,
-                    door=f"{DOOR}-stdio",
-                    reason=error.message,
-                    trace_id=trace_id,
-                    presented=self.stdio_token,
-                ),
+        if principal is None:  # stdio: every call proves the configured token again
+            principal = authenticate_for_mcp(
+                self.runtime, self.stdio_token, trace_id=trace_id, door=f"{DOOR}-stdio"
             )
 
         def refused(session: Any, error: DomainError) -> None:
@@ -96,6 +86,28 @@ class ToolDoor:
             raise error from exc
 
 
+async def dispatch(
+    door: ToolDoor, name: str, arguments: dict[str, Any], context: Any
+) -> CallToolResult:
+    """Run a tool call from the MCP layer: trace id from ``traceparent``, principal from the
+    verified access token (HTTP) or the stdio token, the work itself in a thread."""
+    request = getattr(getattr(context, "request_context", None), "request", None)
+    traceparent = request.headers.get("traceparent") if request is not None else None
+    trace_id = trace_id_from(traceparent)
+    access_token = get_access_token()
+    principal = principal_from(access_token) if access_token is not None else None
+    try:
+        result = await anyio.to_thread.run_sync(
+            partial(door.call, name, arguments, trace_id, principal)
+        )
+    except DomainError as error:
+        raise tool_error(error) from None
+    return CallToolResult(
+        content=[TextContent(type="text", text=json.dumps(result, ensure_ascii=False))],
+        structured_content=result,
+    )
+
+
 class RegistryTool(Tool):
     """An MCP tool whose schema and behaviour come from the core's ToolSpec."""
 
@@ -104,21 +116,7 @@ class RegistryTool(Tool):
     async def run(
         self, arguments: dict[str, Any], context: Any, convert_result: bool = False
     ) -> CallToolResult:
-        request = getattr(context.request_context, "request", None) if context else None
-        traceparent = request.headers.get("traceparent") if request is not None else None
-        trace_id = trace_id_from(traceparent)
-        access_token = get_access_token()
-        principal = principal_from(access_token) if access_token is not None else None
-        try:
-            result = await anyio.to_thread.run_sync(
-                partial(self._door.call, self.name, arguments, trace_id, principal)
-            )
-        except DomainError as error:
-            raise tool_error(error) from None
-        return CallToolResult(
-            content=[TextContent(type="text", text=json.dumps(result, ensure_ascii=False))],
-            structured_content=result,
-        )
+        return await dispatch(self._door, self.name, arguments, context)
 
 
 async def _unused(**_: Any) -> None:  # pragma: no cover - RegistryTool.run never calls fn

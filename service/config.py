@@ -32,6 +32,8 @@ class Settings(BaseSettings):
     state_dir: Path = DEFAULT_STATE_DIR
     database_url: str = ""
     broker_url: str = ""
+    # The queue executions travel on (separate deployments sharing a broker use their own).
+    broker_queue: str = "draftgate"
 
     # Tenant used by CLI commands when none is given, and for audit events that
     # cannot be attributed to a tenant (a request with no or an unknown token).
@@ -50,6 +52,29 @@ class Settings(BaseSettings):
     shop_carrier_latency_ms: int = Field(default=0, ge=0)
     shop_carrier_timeout_ms: int = Field(default=2_000, ge=1)
     shop_refund_window_days: int = Field(default=30, ge=0)
+
+    # Approvals: how far a statement's issued_at may be from the server's clock.
+    approval_clock_skew_seconds: int = Field(default=300, ge=1, le=3_600)
+
+    # Execution: retries of transient downstream failures, with exponential backoff.
+    execution_max_attempts: int = Field(default=5, ge=1, le=50)
+    execution_retry_base_seconds: float = Field(default=2.0, gt=0)
+    execution_retry_max_seconds: float = Field(default=60.0, gt=0)
+    # A running execution whose worker stopped renewing it for this long is taken over.
+    execution_lease_seconds: int = Field(default=120, ge=1)
+    # Redis redelivers an unacknowledged task after this long (must exceed the longest
+    # task run, and every retry countdown, so a live task is never delivered twice).
+    broker_visibility_timeout_seconds: int = Field(default=3_600, ge=1)
+    # The sweeper: how often it runs, and how old an unpublished outbox row or a
+    # stalled execution must be before it re-publishes it.
+    sweep_interval_seconds: float = Field(default=30.0, gt=0)
+    republish_after_seconds: int = Field(default=60, ge=1)
+
+    # Fault injection for the reference shop and for drills (never set in production):
+    # the shop's payment provider fails transiently this many times per idempotency key,
+    # and the worker pauses this long between the downstream mutation and recording it.
+    shop_transient_failures: int = Field(default=0, ge=0)
+    fault_pause_after_downstream_ms: int = Field(default=0, ge=0)
 
     # Bounds applied to every tool argument object before schema validation.
     max_argument_bytes: int = Field(default=16_384, ge=256)

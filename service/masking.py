@@ -17,10 +17,17 @@ class HasMaskedView(Protocol):
     def masked(self) -> dict[str, Any]: ...
 
 
+SHORT_PHONE = 10  # below this, first 3 + last 4 would reveal most of the number
+
+
 def mask_phone(phone: str) -> str:
-    """``+8613812345678`` → ``+86*******5678``: first 3 and last 4 characters stay."""
-    if len(phone) <= 7:
-        return "*" * len(phone)
+    """``+8613812345678`` → ``+86*******5678``: first 3 and last 4 characters stay.
+
+    Numbers shorter than 10 characters keep only their last 2 (under 6, nothing).
+    """
+    if len(phone) < SHORT_PHONE:
+        visible = 2 if len(phone) >= 6 else 0
+        return "*" * (len(phone) - visible) + phone[len(phone) - visible :]
     return phone[:3] + "*" * (len(phone) - 7) + phone[-4:]
 
 

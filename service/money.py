@@ -7,7 +7,7 @@ of the ``iso4217`` package, never from display conventions.
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Annotated
 
 from iso4217 import Currency
@@ -102,7 +102,12 @@ def major_to_minor(amount: str, currency: str) -> int:
     threshold of "0.001" USD is a configuration mistake, not a rounding job.
     """
     exponent = currency_exponent(currency)
-    value = Decimal(amount)
+    try:
+        value = Decimal(amount)
+    except InvalidOperation:
+        raise ValueError(f"{amount!r} is not a decimal amount") from None
+    if not value.is_finite():
+        raise ValueError(f"{amount!r} is not a finite amount")
     minor = value.scaleb(exponent)
     if minor != minor.to_integral_value():
         raise ValueError(f"{amount} has more than {exponent} fractional digits for {currency}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, CursorResult, DateTime, Integer, Table, TypeDecorator
+from sqlalchemy import BigInteger, DateTime, Integer, Table, TypeDecorator
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlmodel import Session
@@ -22,6 +22,11 @@ def utcnow() -> datetime:
 def rfc3339(moment: datetime) -> str:
     """UTC, microseconds, ``Z`` suffix: one spelling per instant (it is hashed and signed)."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def rfc3339_seconds(moment: datetime) -> str:
+    """UTC to the second with ``Z``, as approvers write ``issued_at``: 2026-11-29T10:00:00Z."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -57,5 +62,6 @@ def insert_or_ignore(session: Session, table: Table, values: dict[str, Any]) -> 
         statement = sqlite.insert(table).values(**values).on_conflict_do_nothing()
     else:  # pragma: no cover - only the two supported backends exist
         raise RuntimeError(f"unsupported database dialect {dialect}")
-    result: CursorResult[Any] = session.execute(statement)  # type: ignore[assignment]
-    return bool(result.rowcount)
+    # RETURNING tells the truth on every driver; rowcount of ON CONFLICT DO NOTHING does not.
+    returned = session.execute(statement.returning(*table.primary_key.columns))
+    return returned.first() is not None

@@ -5,6 +5,7 @@ from sqlmodel import SQLModel
 from service.approvals import models as approvals_models
 from service.audit import models as audit_models
 from service.drafts import models as drafts_models
+from service.executions import models as executions_models
 from service.keys import models as keys_models
 from service.shop import models as shop_models
 from service.tokens import models as tokens_models
@@ -15,6 +16,7 @@ __all__ = [
     "approvals_models",
     "audit_models",
     "drafts_models",
+    "executions_models",
     "keys_models",
     "metadata",
     "shop_models",

@@ -19,7 +19,7 @@ def trace_id_from(traceparent: str | None) -> str:
     Per W3C Trace Context, version ``ff`` and all-zero ids are invalid.
     """
     if traceparent:
-        match = _TRACEPARENT.match(traceparent.strip().lower())
+        match = _TRACEPARENT.match(traceparent.strip())  # upper-case hex is invalid (W3C)
         if match:
             version, trace_id, parent_id, _flags = match.groups()
             if version != "ff" and trace_id != "0" * 32 and parent_id != "0" * 16:

@@ -46,7 +46,7 @@ def check_bounds(arguments: Any, *, max_bytes: int, max_depth: int) -> None:
             f"Arguments are nested too deeply (more than {max_depth} levels).",
             details={"max_depth": max_depth},
         )
-    size = len(json.dumps(arguments, ensure_ascii=False).encode())
+    size = len(json.dumps(arguments, ensure_ascii=False, separators=(",", ":")).encode())
     if size > max_bytes:
         raise invalid_argument(
             f"Arguments are too large ({size} bytes; at most {max_bytes}).",
@@ -65,19 +65,62 @@ def _depth(value: Any, *, limit: int) -> int:
 
 
 def parse(model: type[ModelT], arguments: dict[str, Any]) -> ModelT:
-    """Validate arguments against a strict model, or raise INVALID_ARGUMENT with every problem."""
+    """Validate arguments against a strict model, or raise INVALID_ARGUMENT naming every problem.
+
+    Explicit nulls are reported as problems of their own, next to whatever else
+    is wrong, rather than hiding the other problems.
+    """
+    null_paths = _null_paths(arguments)
+    problems = [
+        f"{path}: null is not accepted; omit an optional field instead" for path in null_paths
+    ]
     try:
-        return model.model_validate_json(json.dumps(arguments))
+        parsed = model.model_validate_json(json.dumps(_without_nulls(arguments)))
     except ValidationError as exc:
-        problems = [_describe(error) for error in exc.errors(include_url=False)]
+        problems += [
+            _describe(error)
+            for error in exc.errors(include_url=False)
+            # a required field sent as null is already reported as the null it was
+            if not (error["type"] == "missing" and _location(error) in null_paths)
+        ]
+    if problems:
         raise invalid_argument(
-            "Invalid arguments: " + "; ".join(problems),
-            details={"problems": problems},
-        ) from None
+            "Invalid arguments: " + "; ".join(problems), details={"problems": problems}
+        )
+    return parsed
+
+
+def _null_paths(value: Any, prefix: str = "") -> list[str]:
+    if isinstance(value, dict):
+        paths: list[str] = []
+        for key, item in value.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            paths += [path] if item is None else _null_paths(item, path)
+        return paths
+    if isinstance(value, list):
+        return [
+            p for index, item in enumerate(value) for p in _null_paths(item, f"{prefix}.{index}")
+        ]
+    return []
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _without_nulls(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list):
+        return [_without_nulls(item) for item in value]
+    return value
+
+
+def _location(error: Any) -> str:
+    return ".".join(str(part) for part in error["loc"])
+
+
+MAX_LOCATION = 64  # field names come from the caller: never echo an unbounded one
 
 
 def _describe(error: Any) -> str:
-    location = ".".join(str(part) for part in error["loc"]) or "arguments"
+    location = (_location(error) or "arguments")[:MAX_LOCATION]
     message = str(error["msg"])
     if error["type"] == "extra_forbidden":
         message = "unknown field; remove it"

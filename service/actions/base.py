@@ -32,6 +32,7 @@ class ActionContext:
     settings: Settings
     now: datetime
     trace_id: str | None = None
+    attempt: int = 1  # which execution attempt this is (1 outside execution)
 
 
 class Risk(StrEnum):
@@ -87,6 +88,14 @@ class WriteAction(Action):
     @abstractmethod
     def validate(self, ctx: ActionContext, params: Any) -> Preview:
         """Check the business rules against current state and describe the change."""
+
+    @abstractmethod
+    def applied(self, ctx: ActionContext, idempotency_key: str) -> Outcome | None:
+        """The outcome if a change with this idempotency key was already made downstream.
+
+        The worker asks first, so a redelivered execution whose change already
+        happened records it instead of validating against the changed world.
+        """
 
     @abstractmethod
     def execute(self, ctx: ActionContext, params: Any, idempotency_key: str) -> Outcome:

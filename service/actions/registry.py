@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from service.actions.base import Action, ReadAction, WriteAction
 
-ACTION_NAME = re.compile(r"^[a-z][a-z0-9_]{1,48}$")
+ACTION_NAME = re.compile(r"[a-z][a-z0-9_]{1,48}")
 # Names the agent-facing catalog uses for itself.
 RESERVED_NAMES = frozenset({"get_draft"})
 
@@ -88,7 +88,7 @@ def _check(action: object, label: str, kind: object) -> str | None:
     expected = ReadAction if kind == "read" else WriteAction
     if not isinstance(action, expected):
         return f"action {label!r} declares kind {kind!r} but is not a {expected.__name__}"
-    if not ACTION_NAME.match(label) or label in RESERVED_NAMES or label.startswith("propose_"):
+    if not ACTION_NAME.fullmatch(label) or label in RESERVED_NAMES or label.startswith("propose_"):
         return f"action name {label!r} is not allowed (lower_snake_case, not reserved)"
     for attribute in ("contract_version", "title", "description", "Input"):
         if not hasattr(type(action), attribute):

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlmodel import Session
 
+from service.audit import actions as audit
 from service.db import run_unit
+from service.errors import DomainError
+from service.executions.outbox import Publisher
 from service.principal import Principal
 from service.runtime import Runtime
 from service.tokens import actions as tokens
@@ -54,3 +59,36 @@ def get_principal(
 
 
 CurrentPrincipal = Annotated[Principal, Depends(get_principal)]
+
+
+def get_publisher(request: Request) -> Publisher:
+    publisher: Publisher = request.app.state.publisher
+    return publisher
+
+
+PublisherDep = Annotated[Publisher, Depends(get_publisher)]
+
+
+def refusal_recorder(
+    principal: Principal,
+    operation: str,
+    *,
+    trace_id: str,
+    draft_id: str | None = None,
+    execution_id: str | None = None,
+) -> Callable[[Session, DomainError], None]:
+    """What ``run_unit`` calls to audit a refused request, in its own transaction."""
+
+    def record(session: Session, error: DomainError) -> None:
+        audit.record_refusal(
+            session,
+            tenant=principal.tenant,
+            actor=principal.actor,
+            operation=operation,
+            error=error,
+            draft_id=draft_id,
+            execution_id=execution_id,
+            trace_id=trace_id,
+        )
+
+    return record

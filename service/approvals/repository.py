@@ -14,3 +14,19 @@ def count_approvals(session: Session, draft_id: str, revision: int) -> int:
         col(Approval.decision) == "approve",
     )
     return int(session.exec(statement).one())
+
+
+def for_draft(session: Session, draft_id: str, revision: int | None = None) -> list[Approval]:
+    statement = select(Approval).where(col(Approval.draft_id) == draft_id)
+    if revision is not None:
+        statement = statement.where(col(Approval.revision) == revision)
+    return list(session.exec(statement.order_by(col(Approval.created_at), col(Approval.id))).all())
+
+
+def by_approver(session: Session, draft_id: str, revision: int, approver: str) -> Approval | None:
+    statement = select(Approval).where(
+        col(Approval.draft_id) == draft_id,
+        col(Approval.revision) == revision,
+        col(Approval.approver) == approver,
+    )
+    return session.exec(statement).one_or_none()

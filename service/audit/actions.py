@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from contextlib import closing
 from typing import Any
 
 from sqlmodel import Session
 
 from service.audit import chain, repository
+from service.errors import DomainError
 from service.sql import utcnow
 
 
@@ -42,9 +44,9 @@ def record(
 
 def verify(session: Session, tenant: str) -> chain.Verification:
     """Recompute the tenant's chain and check it ends at the recorded head."""
-    result = chain.verify_events(
-        event.model_dump() for event in repository.iter_chain(session, tenant)
-    )
+    # closing(): an early return on the first bad event must still release the DB cursor.
+    with closing(repository.iter_chain(session, tenant)) as events:
+        result = chain.verify_events(event.model_dump() for event in events)
     if not result.ok:
         return result
     head = repository.get_head(session, tenant)
@@ -59,3 +61,35 @@ def verify(session: Session, tenant: str) -> chain.Verification:
             f"the chain ends at seq {result.head_seq} but the head records seq {head.seq}",
         )
     return result
+
+
+def record_refusal(
+    session: Session,
+    *,
+    tenant: str,
+    actor: str,
+    operation: str,
+    error: DomainError,
+    draft_id: str | None = None,
+    execution_id: str | None = None,
+    trace_id: str | None = None,
+    data: dict[str, Any] | None = None,
+) -> None:
+    """Audit a refused request as ``<operation>.refused`` with the error's code and message."""
+    record(
+        session,
+        tenant=tenant,
+        actor=actor,
+        type=f"{operation}.refused",
+        draft_id=draft_id,
+        execution_id=execution_id,
+        trace_id=trace_id,
+        data={
+            **(data or {}),
+            "error": {
+                "code": error.code,
+                "category": error.category.value,
+                "message": error.message,
+            },
+        },
+    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 
 from sqlmodel import Session, col, select
 
@@ -11,7 +11,7 @@ from service.audit.models import AuditEvent, AuditHead
 _BATCH = 1_000
 
 
-def iter_chain(session: Session, tenant: str) -> Iterator[AuditEvent]:
+def iter_chain(session: Session, tenant: str) -> Generator[AuditEvent]:
     """A tenant's events in ``seq`` order, fetched in batches (constant memory)."""
     statement = (
         select(AuditEvent)
@@ -19,9 +19,13 @@ def iter_chain(session: Session, tenant: str) -> Iterator[AuditEvent]:
         .order_by(col(AuditEvent.seq))
         .execution_options(yield_per=_BATCH)
     )
-    for event in session.exec(statement):
-        yield event
-        session.expunge(event)
+    result = session.exec(statement)
+    try:
+        for event in result:
+            yield event
+            session.expunge(event)
+    finally:
+        result.close()  # a server-side cursor must not outlive an abandoned walk
 
 
 def get_head(session: Session, tenant: str) -> AuditHead | None:

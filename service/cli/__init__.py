@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from service.cli import audit, dev, serve, tokens
+from service.cli import approver, audit, dev, keys, serve, tokens
 
 app = typer.Typer(
     name="draftgate",
@@ -15,6 +15,12 @@ app = typer.Typer(
 app.add_typer(tokens.app, name="tokens")
 app.add_typer(audit.app, name="audit")
 app.add_typer(serve.app, name="serve")
+app.add_typer(keys.app, name="keys")
+app.add_typer(approver.drafts_app, name="drafts")
+app.add_typer(approver.executions_app, name="executions")
+app.command("approve")(approver.approve)
+app.command("reject")(approver.reject)
+app.command("execute")(approver.execute)
 app.command("migrate")(serve.migrate)
 app.command("dev")(dev.dev)
 

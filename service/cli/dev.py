@@ -1,6 +1,7 @@
 """``draftgate dev``: the whole stack on one machine with nothing installed but Python.
 
-SQLite for data, a server-less broker, every component as a child process.
+SQLite for data, kombu's server-less SQLAlchemy broker over SQLite, and every
+component (API, MCP, worker, beat) as a child process.
 The demo tenant is seeded once and described in ``<state-dir>/demo.json``.
 """
 
@@ -38,7 +39,7 @@ def dev(
     mcp_port: Annotated[int, typer.Option(help="MCP (streamable HTTP) port.")] = 8001,
     reset: Annotated[bool, typer.Option("--reset", help="Start from an empty state dir.")] = False,
 ) -> None:
-    """Run API + MCP on SQLite, seed the demo, write <state-dir>/demo.json; Ctrl-C stops it all."""
+    """Run API, MCP, worker and beat on SQLite; seed the demo; write <state-dir>/demo.json."""
     state_dir = state_dir.resolve()
     if reset and state_dir.exists():
         shutil.rmtree(state_dir)
@@ -62,6 +63,8 @@ def dev(
         {
             "api": ["serve", "api", "--host", host, "--port", str(api_port)],
             "mcp": ["serve", "mcp", "--host", host, "--port", str(mcp_port)],
+            "worker": ["serve", "worker", "--concurrency", "1", "--loglevel", "WARNING"],
+            "beat": ["serve", "beat", "--loglevel", "WARNING"],
         },
         env,
     )
@@ -154,6 +157,7 @@ def _announce(state_dir: Path, manifest: dict[str, object], manifest_path: Path)
     typer.echo("draftgate is running (embedded: SQLite, no servers)")
     typer.echo(f"  HTTP API   {manifest['api_url']}   (OpenAPI: {manifest['api_url']}/docs)")
     typer.echo(f"  MCP        {manifest['mcp_url']}   (streamable HTTP, bearer token)")
+    typer.echo("  worker     Celery worker + beat on the server-less SQLite broker")
     typer.echo(f"  database   {state_dir / 'draftgate.db'}")
     typer.echo(f"  manifest   {manifest_path}   (demo tokens, keys, order ids)")
     typer.echo("Press Ctrl-C to stop.")

@@ -47,11 +47,19 @@ def serve_mcp(
     if stdio:
         import anyio
 
+        from mcp_adapter.auth import authenticate_for_mcp
         from mcp_adapter.server import create_mcp_server
+        from service.errors import DomainError
+        from service.tracing import new_trace_id
 
         token = os.environ.get("DRAFTGATE_TOKEN", "")
         if not token:
             raise typer.BadParameter("set DRAFTGATE_TOKEN to the agent's bearer token")
+        try:  # fail fast on a bad token; every call checks it again (revocation)
+            authenticate_for_mcp(runtime, token, trace_id=new_trace_id(), door="mcp-stdio")
+        except DomainError as error:
+            typer.echo(f"error: {error.message}", err=True)
+            raise typer.Exit(code=1) from None
         anyio.run(create_mcp_server(runtime, stdio_token=token).run_stdio_async)
         return
     import uvicorn
@@ -59,3 +67,35 @@ def serve_mcp(
     from mcp_adapter.server import create_http_app
 
     uvicorn.run(create_http_app(runtime), host=host, port=port, log_level="warning")
+
+
+@app.command("worker")
+def serve_worker(
+    concurrency: Annotated[int, typer.Option(help="Pool processes.")] = 2,
+    hostname: Annotated[str | None, typer.Option(help="Worker node name.")] = None,
+    loglevel: Annotated[str, typer.Option(help="Log level.")] = "INFO",
+) -> None:
+    """The Celery worker that executes approved drafts."""
+    from workers.app import celery_app
+
+    args = [
+        "worker",
+        f"--loglevel={loglevel}",
+        f"--concurrency={concurrency}",
+        "--without-gossip",
+        "--without-mingle",
+    ]
+    if hostname:
+        args.append(f"--hostname={hostname}")
+    celery_app.worker_main(args)
+
+
+@app.command("beat")
+def serve_beat(
+    loglevel: Annotated[str, typer.Option(help="Log level.")] = "INFO",
+) -> None:
+    """The scheduler that runs the sweeper (re-publish lost executions, expire drafts)."""
+    from workers.app import celery_app
+
+    get_settings().state_dir.mkdir(parents=True, exist_ok=True)
+    celery_app.start(["beat", f"--loglevel={loglevel}"])

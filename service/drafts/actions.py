@@ -19,6 +19,7 @@ from service.drafts import repository
 from service.drafts.models import OPEN_STATUSES, Draft, DraftRevision, DraftStatus, IdempotencyKey
 from service.drafts.schemas import AgentDraftView, agent_view
 from service.errors import Category, DomainError
+from service.executions import repository as executions
 from service.policies.actions import resolve
 from service.policies.schemas import AppliedPolicy, PolicyConfig
 from service.principal import Principal, Role
@@ -51,27 +52,27 @@ def propose(
     digest = params_sha256(params_json)
     target_id = draft_id or new_draft_id()
 
+    claim: IdempotencyKey | None = None
     if idempotency_key is not None:
         request_sha256 = sha256_hex(canonical_json({"params": params_json, "draft_id": draft_id}))
-        held = repository.claim_idempotency_key(
-            session,
-            IdempotencyKey(
-                tenant=principal.tenant,
-                agent=principal.subject,
-                action=action.name,
-                key=idempotency_key,
-                request_sha256=request_sha256,
-                draft_id=target_id,
-                created_at=ctx.now,
-                expires_at=ctx.now + timedelta(seconds=ctx.settings.idempotency_retention_seconds),
-            ),
-            now=ctx.now,
+        claim = IdempotencyKey(
+            tenant=principal.tenant,
+            agent=principal.subject,
+            on_behalf_of=principal.on_behalf_of or "",
+            action=action.name,
+            key=idempotency_key,
+            request_sha256=request_sha256,
+            draft_id=target_id,
+            created_at=ctx.now,
+            expires_at=ctx.now + timedelta(seconds=ctx.settings.idempotency_retention_seconds),
         )
+        held = repository.claim_idempotency_key(session, claim, now=ctx.now)
         if held is not None:
             if held.request_sha256 != request_sha256:
                 raise _key_reused()
             earlier = repository.get(session, principal.tenant, held.draft_id)
             assert earlier is not None, "an idempotency key never outlives its draft"
+            expire_if_due(session, earlier, now=ctx.now)
             return view(session, action, earlier, replayed=True)
 
     preview = action.validate(ctx, params)
@@ -94,11 +95,9 @@ def propose(
         draft, replayed = _revise(ctx, action, draft_id, fields, policy)
     else:
         draft, replayed = _create(ctx, action, target_id, fields, policy, idempotency_key)
-    if idempotency_key is not None and draft.id != target_id:
+    if claim is not None and draft.id != target_id:
         # An identical open draft was returned instead: the key refers to that one.
-        repository.repoint_idempotency_key(
-            session, principal.tenant, principal.subject, action.name, idempotency_key, draft.id
-        )
+        repository.repoint_idempotency_key(session, claim, draft.id)
     return view(session, action, draft, replayed=replayed)
 
 
@@ -252,11 +251,13 @@ def get_for_agent(
 def view(
     session: Session, action: WriteAction | None, draft: Draft, *, replayed: bool = False
 ) -> AgentDraftView:
+    execution = executions.for_draft(session, draft.id)
     return agent_view(
         draft,
         masked_params=masked_params(action, draft.params),
         approvals_received=approvals.count_approvals(session, draft.id, draft.revision),
         replayed=replayed,
+        outcome=execution.outcome if execution is not None else None,
     )
 
 
@@ -314,7 +315,8 @@ def _key_reused() -> DomainError:
 
 
 def _dedupe_key(principal: Principal, action: str, digest: str) -> str:
-    return sha256_hex(canonical_json([principal.tenant, principal.subject, action, digest]))
+    scope = [principal.tenant, principal.subject, principal.on_behalf_of, action, digest]
+    return sha256_hex(canonical_json(scope))
 
 
 def _proposed_by(draft: Draft, principal: Principal) -> bool:

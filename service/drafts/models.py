@@ -82,12 +82,17 @@ class DraftRevision(SQLModel, table=True):
 
 
 class IdempotencyKey(SQLModel, table=True):
-    """A claimed key, scoped to (tenant, agent, action), remembering what it was used for."""
+    """A claimed key, scoped to (tenant, agent, end user, action), remembering its use.
+
+    The end user is part of the scope: one agent serving two customers must
+    never hand one customer's draft to the other on a replay.
+    """
 
     __tablename__ = "idempotency_keys"
 
     tenant: str = Field(primary_key=True, max_length=64)
     agent: str = Field(primary_key=True, max_length=128)
+    on_behalf_of: str = Field(primary_key=True, max_length=128)
     action: str = Field(primary_key=True, max_length=64)
     key: str = Field(primary_key=True, max_length=255)
     request_sha256: str = Field(max_length=64)

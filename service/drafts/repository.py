@@ -51,6 +51,7 @@ def claim_idempotency_key(
     scope = (
         col(IdempotencyKey.tenant) == key.tenant,
         col(IdempotencyKey.agent) == key.agent,
+        col(IdempotencyKey.on_behalf_of) == key.on_behalf_of,
         col(IdempotencyKey.action) == key.action,
         col(IdempotencyKey.key) == key.key,
     )
@@ -61,10 +62,46 @@ def claim_idempotency_key(
     return session.exec(statement).one()
 
 
-def repoint_idempotency_key(
-    session: Session, tenant: str, agent: str, action: str, key: str, draft_id: str
-) -> None:
-    claim = session.get(IdempotencyKey, (tenant, agent, action, key))
+def repoint_idempotency_key(session: Session, key: IdempotencyKey, draft_id: str) -> None:
+    claim = session.get(
+        IdempotencyKey, (key.tenant, key.agent, key.on_behalf_of, key.action, key.key)
+    )
     assert claim is not None, "repointing a key this unit of work just claimed"
     claim.draft_id = draft_id
     session.add(claim)
+
+
+def open_past_expiry(session: Session, now: datetime, *, limit: int = 500) -> list[Draft]:
+    """Open drafts whose ``expires_at`` has passed (for the sweeper to mark expired)."""
+    statement = (
+        select(Draft)
+        .where(col(Draft.status).in_(["proposed", "approved"]), col(Draft.expires_at) <= now)
+        .order_by(col(Draft.expires_at))
+        .limit(limit)
+    )
+    return list(session.exec(statement).all())
+
+
+def page(
+    session: Session,
+    tenant: str,
+    *,
+    status: str | None,
+    action: str | None,
+    after: tuple[datetime, str] | None,
+    limit: int,
+) -> list[Draft]:
+    """Newest first, keyset-paginated on (created_at, id) so pages stay stable under inserts."""
+    statement = select(Draft).where(col(Draft.tenant) == tenant)
+    if status is not None:
+        statement = statement.where(col(Draft.status) == status)
+    if action is not None:
+        statement = statement.where(col(Draft.action) == action)
+    if after is not None:
+        created_at, draft_id = after
+        statement = statement.where(
+            (col(Draft.created_at) < created_at)
+            | ((col(Draft.created_at) == created_at) & (col(Draft.id) < draft_id))
+        )
+    statement = statement.order_by(col(Draft.created_at).desc(), col(Draft.id).desc()).limit(limit)
+    return list(session.exec(statement).all())

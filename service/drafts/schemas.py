@@ -67,11 +67,7 @@ def agent_view(
         summary=draft.summary,
         params=masked_params,
         params_sha256=draft.params_sha256,
-        amount=(
-            AmountView.of(draft.amount_minor, draft.currency)
-            if draft.amount_minor is not None and draft.currency
-            else None
-        ),
+        amount=amount_of(draft),
         risk=draft.risk,
         approvals=ApprovalProgress(required=draft.approvals_required, received=approvals_received),
         created_at=draft.created_at,
@@ -129,3 +125,80 @@ def _advice(
                 "If the user still wants it, propose it again.",
             )
     raise AssertionError(f"unhandled status {status}")  # pragma: no cover
+
+
+class ProposedBy(BaseModel):
+    agent: str
+    on_behalf_of: str | None
+
+
+class DraftSummary(BaseModel):
+    """One line of the approver's queue."""
+
+    draft_id: str
+    action: str
+    status: DraftStatus
+    revision: int
+    summary: str
+    amount: AmountView | None
+    risk: str
+    approvals: ApprovalProgress
+    created_at: datetime
+    expires_at: datetime
+
+
+class DraftPage(BaseModel):
+    drafts: list[DraftSummary]
+    next_cursor: str | None = Field(
+        description="Pass as cursor for the next page; null at the end."
+    )
+
+
+class RevisionView(BaseModel):
+    revision: int
+    params_sha256: str
+    summary: str
+    created_at: datetime
+
+
+class ExecutionRef(BaseModel):
+    execution_id: str
+    status: str
+
+
+class DraftDetail(BaseModel):
+    """Everything an approver needs to decide, including the exact statement to sign."""
+
+    draft_id: str
+    tenant: str
+    action: str
+    contract_version: int
+    revision: int
+    status: DraftStatus
+    status_reason: str | None
+    params: dict[str, Any] = Field(
+        description="The exact params; params_sha256 = sha256(JCS(params))."
+    )
+    params_sha256: str
+    summary: str
+    amount: AmountView | None
+    risk: str
+    policy: dict[str, Any]
+    approvals_required: int
+    proposed_by: ProposedBy
+    trace_id: str | None
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime
+    approvals: list[dict[str, Any]]
+    revisions: list[RevisionView]
+    execution: ExecutionRef | None
+    statement_to_sign: dict[str, Any] | None = Field(
+        description="For approvers: the approve statement of the current revision to sign."
+    )
+
+
+def amount_of(draft: Draft) -> AmountView | None:
+    if draft.amount_minor is None or not draft.currency:
+        return None
+    return AmountView.of(draft.amount_minor, draft.currency)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from pydantic import ValidationError
 
-from service.money import Money, major_to_minor
+from service.money import Money
 from service.policies.schemas import AppliedPolicy, PolicyConfig
 
 DEFAULT_APPROVALS = 1  # a write action without a configured policy still needs a human
@@ -24,7 +25,10 @@ def load_policies(raw: dict[str, Any]) -> dict[str, PolicyConfig]:
         try:
             policies[name] = PolicyConfig.model_validate(config)
         except ValidationError as exc:
-            problems.append(f"policy {name!r}: {exc.errors(include_url=False)[0]['msg']}")
+            for error in exc.errors(include_url=False):
+                where = ".".join(str(part) for part in error["loc"]) or "policy"
+                message = str(error["msg"]).removeprefix("Value error, ")
+                problems.append(f"policy {name!r}, {where}: {message}")
     if problems:
         raise PolicyError("invalid policy configuration: " + "; ".join(problems))
     return policies
@@ -46,9 +50,7 @@ def resolve(
         if tier.up_to is None:
             rule = "any amount" if len(config.tiers) == 1 else "above every lower tier"
             return _applied(name, config, tier.approvals, rule)
-        if amount is not None and amount.amount_minor <= major_to_minor(
-            tier.up_to, amount.currency
-        ):
+        if amount is not None and amount.to_major() <= Decimal(tier.up_to):
             return _applied(name, config, tier.approvals, f"up to {tier.up_to} {amount.currency}")
     raise AssertionError("unreachable: the last tier is validated to be unbounded")
 

@@ -42,6 +42,9 @@ class PolicyConfig(BaseModel):
             raise ValueError("the last tier must have no up_to bound, so every amount is covered")
         if any(tier.up_to is None for tier in tiers[:-1]):
             raise ValueError("only the last tier may omit up_to")
+        bounds = [Decimal(tier.up_to) for tier in tiers[:-1] if tier.up_to is not None]
+        if bounds != sorted(set(bounds)):
+            raise ValueError("tiers must be ordered by strictly increasing up_to")
         return tiers
 
 

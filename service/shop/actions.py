@@ -9,7 +9,7 @@ from service.actions.base import ActionContext, Outcome, Preview, ReadAction, Ri
 from service.errors import Category, DomainError
 from service.masking import mask_phone
 from service.money import AmountView, Money
-from service.shop import carrier, repository, rules
+from service.shop import carrier, payments, repository, rules
 from service.shop.models import AddressChange, Cancellation, Order, OrderStatus, Refund
 from service.shop.schemas import (
     CancelOrderInput,
@@ -198,40 +198,50 @@ class RefundAction(WriteAction):
             risk=Risk.HIGH if share > HIGH_RISK_REFUND_SHARE else Risk.LOW,
         )
 
+    def applied(self, ctx: ActionContext, idempotency_key: str) -> Outcome | None:
+        refund = repository.refund_by_key(ctx.session, idempotency_key)
+        return None if refund is None else _refund_outcome(refund)
+
     def execute(self, ctx: ActionContext, params: RefundInput, idempotency_key: str) -> Outcome:
-        existing = repository.refund_by_key(ctx.session, idempotency_key)
-        if existing is None:
-            order = _order(ctx, params.order_id, for_update=True)
-            rules.check_refund(
-                ctx.session,
-                order,
-                params.amount,
-                now=ctx.now,
-                window_days=ctx.settings.shop_refund_window_days,
-            )
-            assert order.id is not None
-            existing = Refund(
-                id="re_" + secrets.token_hex(12),
-                tenant=order.tenant,
-                idempotency_key=idempotency_key,
-                order_id=order.id,
-                amount_minor=params.amount.amount_minor,
-                currency=params.amount.currency,
-                reason=params.reason.value,
-                note=params.note,
-                created_at=ctx.now,
-            )
-            ctx.session.add(existing)
-            ctx.session.flush()
-        amount = Money(amount_minor=existing.amount_minor, currency=existing.currency)
-        return Outcome(
-            summary=f"refunded {amount.render()} on order {params.order_id} (refund {existing.id})",
-            data={
-                "refund_id": existing.id,
-                "amount_minor": existing.amount_minor,
-                "currency": existing.currency,
-            },
+        done = self.applied(ctx, idempotency_key)
+        if done is not None:
+            return done
+        order = _order(ctx, params.order_id, for_update=True)
+        rules.check_refund(
+            ctx.session,
+            order,
+            params.amount,
+            now=ctx.now,
+            window_days=ctx.settings.shop_refund_window_days,
         )
+        payments.charge_back(ctx, order, params.amount)
+        assert order.id is not None
+        refund = Refund(
+            id="re_" + secrets.token_hex(12),
+            tenant=order.tenant,
+            idempotency_key=idempotency_key,
+            order_id=order.id,
+            amount_minor=params.amount.amount_minor,
+            currency=params.amount.currency,
+            reason=params.reason.value,
+            note=params.note,
+            created_at=ctx.now,
+        )
+        ctx.session.add(refund)
+        ctx.session.flush()
+        return _refund_outcome(refund)
+
+
+def _refund_outcome(refund: Refund) -> Outcome:
+    amount = Money(amount_minor=refund.amount_minor, currency=refund.currency)
+    return Outcome(
+        summary=f"refunded {amount.render()} (refund {refund.id})",
+        data={
+            "refund_id": refund.id,
+            "amount_minor": refund.amount_minor,
+            "currency": refund.currency,
+        },
+    )
 
 
 class CancelOrderAction(WriteAction):
@@ -258,30 +268,39 @@ class CancelOrderAction(WriteAction):
             risk=Risk.MEDIUM,
         )
 
+    def applied(self, ctx: ActionContext, idempotency_key: str) -> Outcome | None:
+        cancellation = repository.cancellation_by_key(ctx.session, idempotency_key)
+        return None if cancellation is None else _cancel_outcome(cancellation)
+
     def execute(
         self, ctx: ActionContext, params: CancelOrderInput, idempotency_key: str
     ) -> Outcome:
-        existing = repository.cancellation_by_key(ctx.session, idempotency_key)
-        if existing is None:
-            order = _order(ctx, params.order_id, for_update=True)
-            rules.check_cancellable(order)
-            assert order.id is not None
-            existing = Cancellation(
-                id="can_" + secrets.token_hex(12),
-                tenant=order.tenant,
-                idempotency_key=idempotency_key,
-                order_id=order.id,
-                reason=params.reason.value,
-                created_at=ctx.now,
-            )
-            order.status = OrderStatus.CANCELLED.value
-            order.cancelled_at = ctx.now
-            ctx.session.add_all([order, existing])
-            ctx.session.flush()
-        return Outcome(
-            summary=f"cancelled order {params.order_id} (cancellation {existing.id})",
-            data={"cancellation_id": existing.id},
+        done = self.applied(ctx, idempotency_key)
+        if done is not None:
+            return done
+        order = _order(ctx, params.order_id, for_update=True)
+        rules.check_cancellable(order)
+        assert order.id is not None
+        cancellation = Cancellation(
+            id="can_" + secrets.token_hex(12),
+            tenant=order.tenant,
+            idempotency_key=idempotency_key,
+            order_id=order.id,
+            reason=params.reason.value,
+            created_at=ctx.now,
         )
+        order.status = OrderStatus.CANCELLED.value
+        order.cancelled_at = ctx.now
+        ctx.session.add_all([order, cancellation])
+        ctx.session.flush()
+        return _cancel_outcome(cancellation)
+
+
+def _cancel_outcome(cancellation: Cancellation) -> Outcome:
+    return Outcome(
+        summary=f"cancelled the order (cancellation {cancellation.id})",
+        data={"cancellation_id": cancellation.id},
+    )
 
 
 class ChangeShippingAddressAction(WriteAction):
@@ -308,32 +327,40 @@ class ChangeShippingAddressAction(WriteAction):
             risk=Risk.HIGH,  # redirecting goods is a classic fraud pattern
         )
 
+    def applied(self, ctx: ActionContext, idempotency_key: str) -> Outcome | None:
+        change = repository.address_change_by_key(ctx.session, idempotency_key)
+        return None if change is None else _address_outcome(change)
+
     def execute(
         self, ctx: ActionContext, params: ChangeShippingAddressInput, idempotency_key: str
     ) -> Outcome:
-        existing = repository.address_change_by_key(ctx.session, idempotency_key)
-        if existing is None:
-            order = _order(ctx, params.order_id, for_update=True)
-            rules.check_readdressable(order)
-            assert order.id is not None
-            new_address: dict[str, Any] = params.address.model_dump(exclude_none=True)
-            existing = AddressChange(
-                id="adr_" + secrets.token_hex(12),
-                tenant=order.tenant,
-                idempotency_key=idempotency_key,
-                order_id=order.id,
-                previous_address=order.shipping_address,
-                new_address=new_address,
-                created_at=ctx.now,
-            )
-            order.shipping_address = new_address
-            ctx.session.add_all([order, existing])
-            ctx.session.flush()
-        return Outcome(
-            summary=f"changed the shipping address of order {params.order_id} "
-            f"(change {existing.id})",
-            data={"address_change_id": existing.id},
+        done = self.applied(ctx, idempotency_key)
+        if done is not None:
+            return done
+        order = _order(ctx, params.order_id, for_update=True)
+        rules.check_readdressable(order)
+        assert order.id is not None
+        new_address: dict[str, Any] = params.address.model_dump(exclude_none=True)
+        change = AddressChange(
+            id="adr_" + secrets.token_hex(12),
+            tenant=order.tenant,
+            idempotency_key=idempotency_key,
+            order_id=order.id,
+            previous_address=order.shipping_address,
+            new_address=new_address,
+            created_at=ctx.now,
         )
+        order.shipping_address = new_address
+        ctx.session.add_all([order, change])
+        ctx.session.flush()
+        return _address_outcome(change)
+
+
+def _address_outcome(change: AddressChange) -> Outcome:
+    return Outcome(
+        summary=f"changed the shipping address (change {change.id})",
+        data={"address_change_id": change.id},
+    )
 
 
 ACTIONS: list[ReadAction | WriteAction] = [

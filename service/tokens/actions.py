@@ -99,8 +99,14 @@ def list_tokens(session: Session, *, tenant: str) -> list[TokenInfo]:
     return [_info(token) for token in repository.list_for(session, tenant)]
 
 
-def authenticate(session: Session, raw_token: str | None) -> Principal:
-    """The principal a bearer secret stands for; missing, unknown and revoked are all refused."""
+def authenticate(
+    session: Session, raw_token: str | None, *, allowed_roles: frozenset[Role] | None = None
+) -> Principal:
+    """The principal a bearer secret stands for; missing, unknown and revoked are all refused.
+
+    A door that serves only some roles passes ``allowed_roles``: other tokens are
+    refused there exactly like unknown ones.
+    """
     if not raw_token:
         raise unauthenticated("No bearer token was presented.")
     token = repository.by_digest(session, digest(raw_token))
@@ -108,6 +114,11 @@ def authenticate(session: Session, raw_token: str | None) -> Principal:
         raise unauthenticated("The bearer token is not recognised.")
     if token.revoked_at is not None:
         raise unauthenticated("The bearer token has been revoked.")
+    if allowed_roles is not None and Role(token.role) not in allowed_roles:
+        accepted = ", ".join(sorted(role.value for role in allowed_roles))
+        raise unauthenticated(
+            f"Tokens of role {token.role} are not accepted here (only {accepted})."
+        )
     return Principal(
         tenant=token.tenant,
         subject=token.subject,

@@ -134,13 +134,14 @@ def upgrade() -> None:
         "idempotency_keys",
         sa.Column("tenant", sa.String(length=64), nullable=False),
         sa.Column("agent", sa.String(length=128), nullable=False),
+        sa.Column("on_behalf_of", sa.String(length=128), nullable=False),
         sa.Column("action", sa.String(length=64), nullable=False),
         sa.Column("key", sa.String(length=255), nullable=False),
         sa.Column("request_sha256", sa.String(length=64), nullable=False),
         sa.Column("draft_id", sa.String(length=40), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("tenant", "agent", "action", "key"),
+        sa.PrimaryKeyConstraint("tenant", "agent", "on_behalf_of", "action", "key"),
     )
     with op.batch_alter_table("idempotency_keys", schema=None) as batch_op:
         batch_op.create_index(

@@ -1,0 +1,104 @@
+"""The signed statement (DESIGN.md §4) and how approvals are shown."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+from service.validation import StrictInput
+
+STATEMENT_TYPE = "draftgate.approval.v1"
+ISSUED_AT_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$"
+
+
+class Decision(StrEnum):
+    APPROVE = "approve"
+    REJECT = "reject"
+
+
+class ApprovalStatement(StrictInput):
+    """Exactly the JSON object an approver signs; JCS(statement) are the signed bytes."""
+
+    type: Literal["draftgate.approval.v1"]
+    tenant: str = Field(min_length=1, max_length=64)
+    draft_id: str = Field(pattern=r"^dft_[0-9a-f]{32}$")
+    revision: int = Field(ge=1, le=1_000_000)
+    action: str = Field(min_length=1, max_length=64)
+    contract_version: int = Field(ge=1, le=1_000_000)
+    params_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    decision: Decision
+    approver: str = Field(min_length=1, max_length=128)
+    key_id: str = Field(min_length=1, max_length=64)
+    issued_at: str = Field(
+        pattern=ISSUED_AT_PATTERN, description='RFC 3339 UTC with "Z", e.g. 2026-11-29T10:00:00Z.'
+    )
+    reason: str | None = Field(default=None, min_length=1, max_length=2000)
+
+    @model_validator(mode="after")
+    def _reason_iff_reject(self) -> ApprovalStatement:
+        if self.decision is Decision.REJECT and self.reason is None:
+            raise ValueError("a rejection must carry a reason")
+        if self.decision is Decision.APPROVE and self.reason is not None:
+            raise ValueError("only a rejection carries a reason")
+        return self
+
+    def signed_value(self) -> dict[str, Any]:
+        """The JSON value whose JCS encoding is signed (no reason key on approvals)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class ApprovalRequest(StrictInput):
+    """Body of POST /v1/drafts/{id}/approvals."""
+
+    statement: ApprovalStatement
+    signature: str = Field(
+        pattern=r"^[A-Za-z0-9_-]{86}$", description="base64url (no padding) of the signature."
+    )
+
+
+class ApprovalView(BaseModel):
+    approval_id: str
+    revision: int
+    approver: str
+    key_id: str
+    decision: Decision
+    reason: str | None
+    issued_at: str
+    recorded_at: datetime
+    counts: bool = Field(description="Whether it counts toward the current revision's quorum.")
+
+
+def build_statement(
+    *,
+    tenant: str,
+    draft_id: str,
+    revision: int,
+    action: str,
+    contract_version: int,
+    params_sha256: str,
+    decision: Decision,
+    approver: str,
+    key_id: str | None,
+    issued_at: str,
+    reason: str | None = None,
+) -> dict[str, Any]:
+    """The statement as a JSON object, exactly in the shape that is signed (DESIGN.md §4)."""
+    statement: dict[str, Any] = {
+        "type": STATEMENT_TYPE,
+        "tenant": tenant,
+        "draft_id": draft_id,
+        "revision": revision,
+        "action": action,
+        "contract_version": contract_version,
+        "params_sha256": params_sha256,
+        "decision": decision.value,
+        "approver": approver,
+        "key_id": key_id,
+        "issued_at": issued_at,
+    }
+    if reason is not None:
+        statement["reason"] = reason
+    return statement

@@ -1,0 +1,256 @@
+"""Approver commands: review drafts, sign approvals and rejections, request execution.
+
+``approve`` never signs what it has not checked: it recomputes the params
+digest from the params the server showed and refuses if the server's
+statement does not match them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from service.approvals.schemas import Decision, build_statement
+from service.canonical import canonical_json, params_sha256
+from service.cli.client import ApiClient, ApiProblem, ApiUrlOption, TokenOption
+from service.cli.common import fail, print_json, print_table
+from service.signing import key_id_for, load_private_key, public_key_b64, sign
+from service.sql import rfc3339_seconds, utcnow
+
+drafts_app = typer.Typer(help="Review drafts.", no_args_is_help=True)
+executions_app = typer.Typer(help="Inspect executions.", no_args_is_help=True)
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+KeyOption = Annotated[Path, typer.Option("--key", help="Your Ed25519 private key (PKCS#8 PEM).")]
+BOUND_FIELDS = (
+    "tenant",
+    "draft_id",
+    "revision",
+    "action",
+    "contract_version",
+    "params_sha256",
+    "approver",
+)
+
+
+@drafts_app.command("list")
+def list_drafts(
+    status: Annotated[str | None, typer.Option(help="proposed, approved, … ")] = None,
+    action: Annotated[str | None, typer.Option(help="Only this action.")] = None,
+    limit: Annotated[int, typer.Option(help="Page size (1-100).")] = 20,
+    cursor: Annotated[str | None, typer.Option(help="Continue from a previous page.")] = None,
+    as_json: JsonOption = False,
+    api_url: str | None = ApiUrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """List drafts of your tenant, newest first."""
+    page = _call(
+        lambda api: api.get("/v1/drafts", status=status, action=action, limit=limit, cursor=cursor),
+        api_url,
+        token,
+    )
+    if as_json:
+        print_json(page)
+        return
+    print_table(
+        ["draft", "status", "action", "amount", "approvals", "risk", "summary"],
+        [
+            [
+                d["draft_id"],
+                d["status"],
+                d["action"],
+                (d.get("amount") or {}).get("display", ""),
+                f"{d['approvals']['received']}/{d['approvals']['required']}",
+                d["risk"],
+                d["summary"],
+            ]
+            for d in page["drafts"]
+        ],
+    )
+    if page.get("next_cursor"):
+        typer.echo(f"more: --cursor {page['next_cursor']}")
+
+
+@drafts_app.command("show")
+def show_draft(
+    draft_id: str,
+    as_json: JsonOption = False,
+    api_url: str | None = ApiUrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Show one draft: summary, exact params, policy, approvals."""
+    draft = _call(lambda api: api.get(f"/v1/drafts/{draft_id}"), api_url, token)
+    if as_json:
+        print_json(draft)
+    else:
+        _render(draft)
+
+
+def approve(
+    draft_id: str,
+    key: KeyOption,
+    execute: Annotated[
+        bool, typer.Option("--execute", help="Request execution once approved.")
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+    api_url: str | None = ApiUrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Sign an approval of the draft's current revision (after checking what you sign)."""
+    api = ApiClient.from_options(api_url, token)
+    draft = _decide(api, draft_id, key, Decision.APPROVE, reason=None, yes=yes)
+    typer.echo(
+        f"approved revision {draft['revision']}: draft is {draft['status']} "
+        f"({_counted(draft)} of {draft['approvals_required']} approvals)"
+    )
+    if execute:
+        if draft["status"] != "approved":
+            typer.echo("not executing yet: the policy needs more approvals")
+            return
+        _request_execution(api, draft_id)
+
+
+def reject(
+    draft_id: str,
+    key: KeyOption,
+    reason: Annotated[str, typer.Option(help="Why; the agent relays it to the user.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+    api_url: str | None = ApiUrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Sign a rejection; one valid rejection ends the draft."""
+    api = ApiClient.from_options(api_url, token)
+    draft = _decide(api, draft_id, key, Decision.REJECT, reason=reason, yes=yes)
+    typer.echo(f"rejected: draft is {draft['status']}")
+
+
+def execute(
+    draft_id: str, api_url: str | None = ApiUrlOption, token: str | None = TokenOption
+) -> None:
+    """Request execution of an approved draft (repeating it returns the same execution)."""
+    _request_execution(ApiClient.from_options(api_url, token), draft_id)
+
+
+@executions_app.command("show")
+def show_execution(
+    execution_id: str,
+    as_json: JsonOption = False,
+    api_url: str | None = ApiUrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Show an execution: status, attempts, outcome or error."""
+    execution = _call(lambda api: api.get(f"/v1/executions/{execution_id}"), api_url, token)
+    if as_json:
+        print_json(execution)
+        return
+    typer.echo(
+        f"execution {execution['execution_id']} of draft {execution['draft_id']} "
+        f"(revision {execution['revision']}, {execution['action']}): {execution['status']}"
+    )
+    for attempt in execution["attempts"]:
+        detail = (attempt.get("detail") or {}).get("message") or (attempt.get("detail") or {}).get(
+            "summary", ""
+        )
+        typer.echo(f"  attempt {attempt['number']}: {attempt['result']} {detail}")
+    if execution.get("outcome"):
+        typer.echo(f"outcome: {execution['outcome'].get('summary')}")
+    if execution.get("error"):
+        typer.echo(f"error: {execution['error'].get('message')}")
+
+
+def _decide(
+    api: ApiClient,
+    draft_id: str,
+    key_file: Path,
+    decision: Decision,
+    *,
+    reason: str | None,
+    yes: bool,
+) -> Any:
+    try:
+        private_key = load_private_key(key_file)
+    except (OSError, ValueError) as exc:
+        fail(f"cannot use {key_file}: {exc}")
+    draft = _checked(lambda: api.get(f"/v1/drafts/{draft_id}"))
+    _render(draft)
+    offered = draft.get("statement_to_sign")
+    if not offered:
+        fail(f"the draft is {draft['status']}; it does not accept decisions")
+    digest = params_sha256(draft["params"])
+    ours = build_statement(
+        tenant=draft["tenant"],
+        draft_id=draft["draft_id"],
+        revision=draft["revision"],
+        action=draft["action"],
+        contract_version=draft["contract_version"],
+        params_sha256=digest,
+        decision=decision,
+        approver=offered["approver"],
+        key_id=key_id_for(public_key_b64(private_key)),
+        issued_at=rfc3339_seconds(utcnow()),
+        reason=reason,
+    )
+    mismatched = [name for name in BOUND_FIELDS if offered.get(name) != ours[name]]
+    if digest != draft["params_sha256"]:
+        mismatched.append("params_sha256 (of the params shown)")
+    if mismatched:
+        fail(
+            "refusing to sign: the server's statement does not match the draft it showed "
+            f"({', '.join(mismatched)})"
+        )
+    if not yes:
+        typer.confirm(f"Sign this {decision.value} of revision {draft['revision']}?", abort=True)
+    signature = sign(private_key, canonical_json(ours))
+    return _checked(
+        lambda: api.post(
+            f"/v1/drafts/{draft_id}/approvals", {"statement": ours, "signature": signature}
+        )
+    )
+
+
+def _request_execution(api: ApiClient, draft_id: str) -> None:
+    accepted = _checked(lambda: api.post(f"/v1/drafts/{draft_id}/execute"))
+    typer.echo(f"execution {accepted['execution_id']}: {accepted['status']}")
+
+
+def _render(draft: dict[str, Any]) -> None:
+    typer.echo(
+        f"draft {draft['draft_id']} — {draft['action']} revision {draft['revision']} "
+        f"[{draft['status']}]"
+    )
+    typer.echo(f"  {draft['summary']}")
+    typer.echo(
+        f"  proposed by {draft['proposed_by']['agent']} for "
+        f"{draft['proposed_by']['on_behalf_of']}; risk {draft['risk']}; "
+        f"expires {draft['expires_at']}"
+    )
+    typer.echo(f"  policy: {draft['policy'].get('rule')}")
+    typer.echo(f"  params: {canonical_json(draft['params']).decode()}")
+    typer.echo(f"  params_sha256: {draft['params_sha256']}")
+    for approval in draft["approvals"]:
+        counted = "counts" if approval["counts"] else f"does not count ({approval['problem']})"
+        typer.echo(
+            f"  {approval['decision']} by {approval['approver']} rev {approval['revision']}"
+            f" — {counted}"
+        )
+
+
+def _counted(draft: dict[str, Any]) -> int:
+    return sum(1 for approval in draft["approvals"] if approval["counts"])
+
+
+def _call(request: Any, api_url: str | None, token: str | None) -> Any:
+    api = ApiClient.from_options(api_url, token)
+    return _checked(lambda: request(api))
+
+
+def _checked(request: Any) -> Any:
+    try:
+        return request()
+    except ApiProblem as problem:
+        fail(
+            f"{problem.body.get('code', problem.status)}: "
+            f"{problem.body.get('detail') or problem.body.get('message') or problem.body}"
+        )

@@ -1,0 +1,108 @@
+"""``draftgate keys``: approver signing keys. Generating happens locally; the private key
+never leaves its file. Registering and revoking are operator tasks (database access)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from service.cli.common import OPERATOR, fail, print_json, print_table, runtime
+from service.config import get_settings
+from service.db import session_scope
+from service.errors import DomainError
+from service.keys import actions as keys
+from service.signing import generate_private_key, key_id_for, public_key_b64, write_private_key
+
+app = typer.Typer(help="Generate, register, revoke and list approver keys.", no_args_is_help=True)
+TenantOption = Annotated[
+    str | None, typer.Option(help="Tenant (default: DRAFTGATE_DEFAULT_TENANT).")
+]
+
+
+@app.command("generate")
+def generate(
+    out: Annotated[Path, typer.Option("--out", help="Where to write the private key.")],
+) -> None:
+    """Create an Ed25519 key pair: private key to --out (mode 0600), public key printed."""
+    key = generate_private_key()
+    try:
+        write_private_key(key, out)
+    except FileExistsError:
+        fail(f"{out} exists; refusing to overwrite a key")
+    public = public_key_b64(key)
+    typer.echo(f"private key: {out} (mode 0600; keep it to yourself)")
+    typer.echo(f"public key:  {public}")
+    typer.echo(f"key id:      {key_id_for(public)}")
+
+
+@app.command("register")
+def register(
+    approver: Annotated[str, typer.Option(help="The approver's subject (as in their token).")],
+    public_key: Annotated[str, typer.Option(help="Raw Ed25519 public key, base64url.")],
+    label: Annotated[str, typer.Option(help="A note.")] = "",
+    tenant: TenantOption = None,
+) -> None:
+    """Register an approver's public key."""
+    rt = runtime()
+    try:
+        with session_scope(rt.engine) as session:
+            info = keys.register(
+                session,
+                tenant=tenant or get_settings().default_tenant,
+                approver=approver,
+                public_key=public_key,
+                label=label,
+                actor=OPERATOR,
+            )
+    except DomainError as error:
+        fail(error)
+    typer.echo(f"registered {info.key_id} for {info.approver}")
+
+
+@app.command("revoke")
+def revoke(key_id: str, tenant: TenantOption = None) -> None:
+    """Revoke a key: nothing it signs is accepted from now on."""
+    rt = runtime()
+    try:
+        with session_scope(rt.engine) as session:
+            info = keys.revoke(
+                session,
+                tenant=tenant or get_settings().default_tenant,
+                key_id=key_id,
+                actor=OPERATOR,
+            )
+    except DomainError as error:
+        fail(error)
+    typer.echo(f"revoked {info.key_id} of {info.approver}")
+
+
+@app.command("list")
+def list_keys(
+    tenant: TenantOption = None,
+    approver: Annotated[str | None, typer.Option(help="Only this approver's keys.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List registered keys."""
+    rt = runtime()
+    with session_scope(rt.engine) as session:
+        infos = keys.list_keys(
+            session, tenant=tenant or get_settings().default_tenant, approver=approver
+        )
+    if as_json:
+        print_json([info.model_dump(mode="json") for info in infos])
+        return
+    print_table(
+        ["key id", "approver", "active", "label", "created"],
+        [
+            [
+                i.key_id,
+                i.approver,
+                "yes" if i.active else "revoked",
+                i.label,
+                i.created_at.isoformat(timespec="seconds"),
+            ]
+            for i in infos
+        ],
+    )

@@ -1,0 +1,1 @@
+"""Executions: running an approved draft exactly once, via an outbox and a worker (DESIGN.md §5)."""

@@ -1,0 +1,76 @@
+"""Execution tables: one execution per draft, its attempts, and the outbox that publishes it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import JSON, Column, Index, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+from service.sql import BigInt, UTCDateTime
+
+
+class ExecutionStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+FINISHED = frozenset({ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED})
+
+
+class Execution(SQLModel, table=True):
+    __tablename__ = "executions"
+    __table_args__ = (Index("ix_executions_status_updated", "status", "updated_at"),)
+
+    id: str = Field(primary_key=True, max_length=40)
+    tenant: str = Field(max_length=64, index=True)
+    draft_id: str = Field(foreign_key="drafts.id", max_length=40, unique=True)
+    revision: int
+    action: str = Field(max_length=64)
+    # The key the downstream system deduplicates on: "<draft_id>:<revision>".
+    idempotency_key: str = Field(max_length=100)
+    status: str = Field(max_length=16)
+    attempts: int = 0
+    requested_by: str = Field(max_length=200)
+    trace_id: str | None = Field(default=None, max_length=32)
+    outcome: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    error: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    # While running: when another delivery may take over (the worker died).
+    lease_expires_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime()))
+    # While queued for a retry: not before this moment (early deliveries wait).
+    next_attempt_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime()))
+    created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
+    updated_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
+    finished_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime()))
+
+
+class ExecutionAttempt(SQLModel, table=True):
+    __tablename__ = "execution_attempts"
+    __table_args__ = (UniqueConstraint("execution_id", "number", name="uq_execution_attempts"),)
+
+    id: int | None = Field(default=None, sa_column=Column(BigInt, primary_key=True))
+    execution_id: str = Field(foreign_key="executions.id", max_length=40, index=True)
+    number: int
+    started_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
+    finished_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime()))
+    # succeeded | failed | retry | refused | running
+    result: str = Field(max_length=16)
+    detail: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+
+
+class OutboxMessage(SQLModel, table=True):
+    """A task to publish after the transaction that created it commits."""
+
+    __tablename__ = "outbox_messages"
+    __table_args__ = (Index("ix_outbox_unpublished", "published_at", "created_at"),)
+
+    id: int | None = Field(default=None, sa_column=Column(BigInt, primary_key=True))
+    task: str = Field(max_length=100)
+    execution_id: str = Field(foreign_key="executions.id", max_length=40, index=True)
+    created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
+    published_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime()))
+    publish_count: int = 0

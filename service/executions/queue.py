@@ -1,0 +1,37 @@
+"""How executions travel: the Celery configuration shared by every process that talks to
+the broker (the worker, beat, and the API publishing tasks). Plain data: no Celery here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from service.config import Settings
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    broker_url = settings.resolved_broker_url()
+    if broker_url.startswith("sqla+"):
+        # kombu hands these straight to SQLAlchemy's create_engine.
+        transport_options: dict[str, Any] = {"connect_args": {"timeout": 30}}
+    else:
+        # Redis redelivers a task nobody acknowledged within this window. It must
+        # exceed any task's run time and retry countdown, or live tasks run twice.
+        transport_options = {"visibility_timeout": settings.broker_visibility_timeout_seconds}
+    return {
+        "broker_url": broker_url,
+        "broker_transport_options": transport_options,
+        "broker_connection_retry_on_startup": True,
+        "broker_connection_timeout": 5,
+        "task_default_queue": settings.broker_queue,
+        # Acknowledge after the task ran (it is idempotent), and give the message
+        # back if the process running it dies, so no approved execution is lost.
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "task_ignore_result": True,
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "worker_hijack_root_logger": False,
+        "worker_send_task_events": False,
+        "enable_utc": True,
+    }

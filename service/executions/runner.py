@@ -1,0 +1,388 @@
+"""Running one execution exactly once, whatever fails (DESIGN.md §5).
+
+Three transactions, each short:
+
+1. **claim** — under a row lock: stop if finished; re-verify every counted
+   signature against the stored params (no status flag is trusted); take a
+   lease and count the attempt.
+2. **apply** — the downstream system's own transaction: ask whether the change
+   with this idempotency key was already made (a redelivery after a crash),
+   else re-run business validation and make it, keyed ``<draft_id>:<revision>``.
+3. **record** — under the row lock again: the outcome, the attempt, the
+   draft's status and the audit event, together.
+
+A crash between 2 and 3 leaves a running execution whose lease expires; the
+redelivered task finds the change already applied and records it. The
+downstream unique constraint on the idempotency key makes two racing workers
+harmless.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.exc import DBAPIError
+from sqlmodel import Session
+
+from service.actions.base import ActionContext, Outcome
+from service.approvals.actions import check_quorum
+from service.audit import actions as audit
+from service.db import session_scope
+from service.drafts import repository as drafts_repository
+from service.drafts.models import Draft, DraftStatus
+from service.errors import Category, DomainError
+from service.executions import repository
+from service.executions.models import FINISHED, Execution, ExecutionAttempt, ExecutionStatus
+from service.principal import Principal, Role
+from service.runtime import Runtime
+from service.sql import utcnow
+
+logger = logging.getLogger(__name__)
+WORKER = "system:worker"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What the task should do next: nothing (finished or owned elsewhere) or run again later."""
+
+    status: str
+    retry_in: float | None = None
+
+
+@dataclass(frozen=True)
+class Claim:
+    execution_id: str
+    draft_id: str
+    tenant: str
+    action: str
+    attempt: int
+    idempotency_key: str
+    params: dict[str, Any]
+    proposer: Principal
+    trace_id: str | None
+
+
+def run_execution(runtime: Runtime, execution_id: str) -> RunResult:
+    """Drive one execution as far as it can go now."""
+    claim = _claim(runtime, execution_id)
+    if isinstance(claim, RunResult):
+        return claim
+    try:
+        outcome = _apply(runtime, claim)
+    except DomainError as error:
+        return _record_failure(runtime, claim, error)
+    except DBAPIError as exc:  # the downstream database hiccupped or two workers raced
+        logger.warning(
+            "execution %s attempt %s: database error %s",
+            claim.execution_id,
+            claim.attempt,
+            type(exc).__name__,
+        )
+        return _record_failure(runtime, claim, _transient(f"database error ({type(exc).__name__})"))
+    pause = runtime.settings.fault_pause_after_downstream_ms
+    if pause:  # fault injection for crash drills: the change is made, not yet recorded
+        time.sleep(pause / 1000)
+    return _record_success(runtime, claim, outcome)
+
+
+def _claim(runtime: Runtime, execution_id: str) -> Claim | RunResult:
+    settings = runtime.settings
+    with session_scope(runtime.engine) as session:
+        execution = repository.get(session, execution_id, for_update=True)
+        if execution is None:
+            logger.error("execution %s does not exist; dropping the message", execution_id)
+            return RunResult("missing")
+        status = ExecutionStatus(execution.status)
+        if status in FINISHED:
+            return RunResult(status.value)
+        now = utcnow()
+        if status is ExecutionStatus.RUNNING and _after(execution.lease_expires_at, now):
+            return RunResult(status.value, retry_in=_seconds_until(execution.lease_expires_at, now))
+        if status is ExecutionStatus.QUEUED and _after(execution.next_attempt_at, now):
+            return RunResult(status.value, retry_in=_seconds_until(execution.next_attempt_at, now))
+        draft = drafts_repository.get(
+            session, execution.tenant, execution.draft_id, for_update=True
+        )
+        problem = _refusal(session, runtime, execution, draft)
+        if problem is not None:
+            _finish(
+                session,
+                execution,
+                draft,
+                ExecutionStatus.FAILED,
+                now=now,
+                error={"code": "APPROVALS_UNVERIFIED", "message": problem, "security": True},
+                reason="the approvals could not be verified, so nothing was executed",
+            )
+            audit.record(
+                session,
+                tenant=execution.tenant,
+                actor=WORKER,
+                type="security.execution_refused",
+                draft_id=execution.draft_id,
+                execution_id=execution.id,
+                trace_id=execution.trace_id,
+                data={"problem": problem},
+            )
+            return RunResult(ExecutionStatus.FAILED.value)
+        assert draft is not None
+        took_over = status is ExecutionStatus.RUNNING
+        if took_over:
+            _close_attempt(
+                session,
+                execution,
+                "lost",
+                now=now,
+                detail={"message": "the worker stopped before recording an outcome"},
+            )
+        execution.attempts += 1
+        execution.status = ExecutionStatus.RUNNING.value
+        execution.lease_expires_at = now + timedelta(seconds=settings.execution_lease_seconds)
+        execution.next_attempt_at = None
+        execution.updated_at = now
+        session.add(execution)
+        session.add(
+            ExecutionAttempt(
+                execution_id=execution.id,
+                number=execution.attempts,
+                started_at=now,
+                result="running",
+            )
+        )
+        _set_draft(session, draft, DraftStatus.RUNNING, now=now)
+        audit.record(
+            session,
+            tenant=execution.tenant,
+            actor=WORKER,
+            type="execution.started",
+            draft_id=execution.draft_id,
+            execution_id=execution.id,
+            trace_id=execution.trace_id,
+            data={"attempt": execution.attempts, "took_over": took_over},
+        )
+        return Claim(
+            execution_id=execution.id,
+            draft_id=draft.id,
+            tenant=draft.tenant,
+            action=draft.action,
+            attempt=execution.attempts,
+            idempotency_key=execution.idempotency_key,
+            params=draft.params,
+            proposer=Principal(
+                tenant=draft.tenant,
+                subject=draft.proposed_by,
+                role=Role.AGENT,
+                token_id=f"execution:{execution.id}",
+                on_behalf_of=draft.on_behalf_of,
+            ),
+            trace_id=execution.trace_id,
+        )
+
+
+def _refusal(
+    session: Session, runtime: Runtime, execution: Execution, draft: Draft | None
+) -> str | None:
+    """Why this execution must not run, judged from signatures, never from flags."""
+    if draft is None:
+        return "the draft no longer exists"
+    if runtime.registry.write(draft.action) is None:
+        return f"the action {draft.action} is not registered"
+    if (draft.revision, draft.action) != (execution.revision, execution.action):
+        return "the draft changed after its execution was requested"
+    if execution.idempotency_key != f"{draft.id}:{draft.revision}":
+        return "the execution's idempotency key does not match its draft"
+    quorum = check_quorum(session, draft, policies=runtime.policies)
+    if not quorum.met:
+        detail = "; ".join(quorum.problems) or "no rejection-free quorum"
+        return f"{len(quorum.approvers)} of {quorum.required} required approvals verify ({detail})"
+    return None
+
+
+def _apply(runtime: Runtime, claim: Claim) -> Outcome:
+    action = runtime.registry.write(claim.action)
+    assert action is not None
+    with session_scope(runtime.engine) as session:
+        ctx = ActionContext(
+            session=session,
+            principal=claim.proposer,
+            settings=runtime.settings,
+            now=utcnow(),
+            trace_id=claim.trace_id,
+            attempt=claim.attempt,
+        )
+        done = action.applied(ctx, claim.idempotency_key)
+        if done is not None:
+            return done
+        params = action.Input.model_validate_json(json.dumps(claim.params))
+        action.validate(ctx, params)
+        return action.execute(ctx, params, claim.idempotency_key)
+
+
+def _record_success(runtime: Runtime, claim: Claim, outcome: Outcome) -> RunResult:
+    with session_scope(runtime.engine) as session:
+        execution, draft = _current(session, claim)
+        if execution is None:
+            return RunResult("superseded")
+        now = utcnow()
+        result = {"summary": outcome.summary, **outcome.data}
+        _close_attempt(session, execution, "succeeded", now=now, detail=result)
+        _finish(session, execution, draft, ExecutionStatus.SUCCEEDED, now=now, outcome=result)
+        audit.record(
+            session,
+            tenant=execution.tenant,
+            actor=WORKER,
+            type="execution.succeeded",
+            draft_id=execution.draft_id,
+            execution_id=execution.id,
+            trace_id=execution.trace_id,
+            data={"attempt": claim.attempt, "outcome": result},
+        )
+        return RunResult(ExecutionStatus.SUCCEEDED.value)
+
+
+def _record_failure(runtime: Runtime, claim: Claim, error: DomainError) -> RunResult:
+    settings = runtime.settings
+    with session_scope(runtime.engine) as session:
+        execution, draft = _current(session, claim)
+        if execution is None:
+            return RunResult("superseded")
+        now = utcnow()
+        detail = {"code": error.code, "category": error.category.value, "message": error.message}
+        if error.retryable and execution.attempts < settings.execution_max_attempts:
+            delay = min(
+                settings.execution_retry_base_seconds * 2 ** (execution.attempts - 1),
+                settings.execution_retry_max_seconds,
+            )
+            _close_attempt(session, execution, "retry", now=now, detail=detail)
+            execution.status = ExecutionStatus.QUEUED.value
+            execution.lease_expires_at = None
+            execution.next_attempt_at = now + timedelta(seconds=delay)
+            execution.error = detail
+            execution.updated_at = now
+            session.add(execution)
+            if draft is not None:
+                _set_draft(session, draft, DraftStatus.QUEUED, now=now)
+            audit.record(
+                session,
+                tenant=execution.tenant,
+                actor=WORKER,
+                type="execution.retry_scheduled",
+                draft_id=execution.draft_id,
+                execution_id=execution.id,
+                trace_id=execution.trace_id,
+                data={"attempt": claim.attempt, "retry_in_seconds": delay, "error": detail},
+            )
+            return RunResult(ExecutionStatus.QUEUED.value, retry_in=delay)
+        exhausted = error.retryable
+        reason = (
+            f"the downstream system kept failing after {execution.attempts} attempts: "
+            f"{error.message}"
+            if exhausted
+            else error.message
+        )
+        _close_attempt(session, execution, "failed", now=now, detail=detail)
+        _finish(
+            session,
+            execution,
+            draft,
+            ExecutionStatus.FAILED,
+            now=now,
+            error={**detail, "attempts_exhausted": exhausted},
+            reason=reason,
+        )
+        audit.record(
+            session,
+            tenant=execution.tenant,
+            actor=WORKER,
+            type="execution.failed",
+            draft_id=execution.draft_id,
+            execution_id=execution.id,
+            trace_id=execution.trace_id,
+            data={"attempt": claim.attempt, "error": detail, "attempts_exhausted": exhausted},
+        )
+        return RunResult(ExecutionStatus.FAILED.value)
+
+
+def _current(session: Session, claim: Claim) -> tuple[Execution | None, Draft | None]:
+    """The execution if this claim still owns it (not finished, not taken over)."""
+    execution = repository.get(session, claim.execution_id, for_update=True)
+    if (
+        execution is None
+        or execution.status != ExecutionStatus.RUNNING
+        or execution.attempts != claim.attempt
+    ):
+        return None, None
+    draft = drafts_repository.get(session, claim.tenant, claim.draft_id, for_update=True)
+    return execution, draft
+
+
+def _finish(
+    session: Session,
+    execution: Execution,
+    draft: Draft | None,
+    status: ExecutionStatus,
+    *,
+    now: datetime,
+    outcome: dict[str, Any] | None = None,
+    error: dict[str, Any] | None = None,
+    reason: str | None = None,
+) -> None:
+    execution.status = status.value
+    execution.outcome = outcome
+    execution.error = error
+    execution.lease_expires_at = None
+    execution.next_attempt_at = None
+    execution.finished_at = now
+    execution.updated_at = now
+    session.add(execution)
+    if draft is not None:
+        _set_draft(session, draft, DraftStatus(status.value), now=now, reason=reason)
+
+
+def _set_draft(
+    session: Session, draft: Draft, status: DraftStatus, *, now: datetime, reason: str | None = None
+) -> None:
+    draft.status = status.value
+    draft.status_reason = reason
+    draft.open_dedupe_key = None  # executing or executed: an identical proposal is a new draft
+    draft.updated_at = now
+    session.add(draft)
+
+
+def _close_attempt(
+    session: Session,
+    execution: Execution,
+    result: str,
+    *,
+    now: datetime,
+    detail: dict[str, Any] | None,
+) -> None:
+    attempt = repository.attempt(session, execution.id, execution.attempts)
+    if attempt is not None and attempt.finished_at is None:
+        attempt.result = result
+        attempt.finished_at = now
+        attempt.detail = detail
+        session.add(attempt)
+
+
+def _transient(message: str) -> DomainError:
+    return DomainError(
+        "DOWNSTREAM_UNAVAILABLE",
+        Category.TRANSIENT,
+        message,
+        suggested_action="The worker retries automatically.",
+    )
+
+
+def _after(moment: datetime | None, now: datetime) -> bool:
+    return moment is not None and moment > now
+
+
+def _seconds_until(moment: datetime | None, now: datetime) -> float:
+    assert moment is not None
+    return max((moment - now).total_seconds(), 0.0) + 0.1

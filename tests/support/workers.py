@@ -1,0 +1,100 @@
+"""A real Celery worker process (``draftgate serve worker``) for tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from service.config import Settings
+
+READY_TIMEOUT_SECONDS = 60
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The environment that makes a child process see exactly these settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DRAFTGATE_")}
+    for name, value in settings.model_dump(mode="json").items():
+        if isinstance(value, dict | list):
+            import json
+
+            env[f"DRAFTGATE_{name.upper()}"] = json.dumps(value)
+        elif value not in ("", None):
+            env[f"DRAFTGATE_{name.upper()}"] = str(value)
+    return env
+
+
+class WorkerProcess:
+    def __init__(self, process: subprocess.Popen[bytes], log: Path) -> None:
+        self.process = process
+        self.log = log
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def kill(self) -> None:
+        """SIGKILL the whole worker (main process and pool children): no cleanup at all."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@contextmanager
+def celery_worker(
+    settings: Settings, log: Path, *, concurrency: int = 1
+) -> Iterator[WorkerProcess]:
+    """Start ``draftgate serve worker`` with these settings and wait until it consumes."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as sink:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "service.cli",
+                "serve",
+                "worker",
+                "--concurrency",
+                str(concurrency),
+                "--loglevel",
+                "INFO",
+                "--hostname",
+                f"test-{os.getpid()}-{time.monotonic_ns()}@%h",
+            ],
+            env=settings_env(settings),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, so kill() reaches the pool too
+        )
+    worker = WorkerProcess(process, log)
+    try:
+        _wait_ready(worker)
+        yield worker
+    finally:
+        worker.stop()
+
+
+def _wait_ready(worker: WorkerProcess) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    while " ready." not in worker.output():
+        if worker.process.poll() is not None:
+            raise RuntimeError(f"worker exited early:\n{worker.output()[-4000:]}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"worker not ready:\n{worker.output()[-4000:]}")
+        time.sleep(0.1)

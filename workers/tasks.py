@@ -1,0 +1,44 @@
+"""Thin tasks (Celery's own advice): take an id, let the core assert the world, map the result.
+
+``draftgate.execute`` is acknowledged late and is safe to deliver twice: the
+core claims the execution under a row lock and the downstream change is keyed
+by ``<draft_id>:<revision>``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from service.executions import sweeper
+from service.executions.runner import run_execution
+from service.executions.schemas import EXECUTE_TASK, SWEEP_TASK
+from workers.app import celery_app, runtime
+
+logger = logging.getLogger(__name__)
+
+
+def publish(task: str, args: list[str]) -> None:
+    celery_app.send_task(task, args=args)
+
+
+@celery_app.task(name=EXECUTE_TASK, bind=True, max_retries=None, acks_late=True)  # type: ignore[untyped-decorator]
+def execute(self: Any, execution_id: str) -> str:
+    """Run one execution; when the core asks for later, retry with its countdown."""
+    result = run_execution(runtime(), execution_id)
+    if result.retry_in is not None:
+        raise self.retry(countdown=result.retry_in)
+    return result.status
+
+
+@celery_app.task(name=SWEEP_TASK)  # type: ignore[untyped-decorator]
+def sweep() -> dict[str, int]:
+    """Publish what the outbox holds, re-publish lost executions, expire stale drafts."""
+    report = sweeper.sweep(runtime(), publish)
+    if report.published or report.republished or report.expired:
+        logger.info("sweep: %s", report)
+    return {
+        "published": report.published,
+        "republished": report.republished,
+        "expired": report.expired,
+    }
