@@ -17,6 +17,8 @@ COPY workers ./workers
 COPY mcp_adapter ./mcp_adapter
 RUN uv sync --locked --no-dev
 
+# beat keeps its schedule here (a volume in compose.yaml); the image owns it for the user.
+RUN mkdir -p /var/lib/draftgate && chown draftgate /var/lib/draftgate
 USER draftgate
 ENTRYPOINT ["draftgate"]
 CMD ["--help"]

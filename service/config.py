@@ -76,6 +76,13 @@ class Settings(BaseSettings):
     shop_transient_failures: int = Field(default=0, ge=0)
     fault_pause_after_downstream_ms: int = Field(default=0, ge=0)
 
+    # Signed audit checkpoints: the Ed25519 key lives in a file, never in the database
+    # (default <state_dir>/checkpoint-key.pem); beat signs each tenant's head this often.
+    checkpoint_key_file: Path | None = None
+    # Processes without the private key (the API) verify with the public key alone.
+    checkpoint_public_key: str = ""
+    checkpoint_interval_seconds: float = Field(default=300.0, gt=0)
+
     # Bounds applied to every tool argument object before schema validation.
     max_argument_bytes: int = Field(default=16_384, ge=256)
     max_argument_depth: int = Field(default=6, ge=2)
@@ -96,6 +103,9 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.state_dir / 'draftgate.db').resolve()}"
+
+    def resolved_checkpoint_key_file(self) -> Path:
+        return self.checkpoint_key_file or self.state_dir / "checkpoint-key.pem"
 
     def resolved_broker_url(self) -> str:
         """The configured broker, or kombu's server-less SQLAlchemy transport over SQLite."""

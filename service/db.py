@@ -24,7 +24,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
             url, connect_args={"check_same_thread": False, "timeout": 30}, **kwargs
         )
         event.listen(engine, "connect", _configure_sqlite_connection)
-        event.listen(engine, "begin", _begin_immediate)
+        event.listen(engine, "begin", _begin)
         return engine
     return create_engine(url, pool_pre_ping=True, **kwargs)
 
@@ -41,9 +41,16 @@ def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
-def _begin_immediate(connection: Any) -> None:
-    # Every draftgate transaction writes (at least its audit event), so take the
-    # write lock up front: a deferred transaction that later upgrades its lock
+READ_ONLY = "draftgate_read_only"
+
+
+def _begin(connection: Any) -> None:
+    if connection.get_execution_options().get(READ_ONLY):
+        # A reader in WAL mode needs no lock: a deferred BEGIN keeps one snapshot.
+        connection.exec_driver_sql("BEGIN")
+        return
+    # Every other draftgate transaction writes (at least its audit event), so take
+    # the write lock up front: a deferred transaction that later upgrades its lock
     # fails with SQLITE_BUSY instead of waiting.
     connection.exec_driver_sql("BEGIN IMMEDIATE")
 
@@ -65,6 +72,26 @@ def session_scope(engine: Engine) -> Iterator[Session]:
             raise
 
 
+@contextmanager
+def read_scope(engine: Engine) -> Iterator[Session]:
+    """A read-only transaction that sees one snapshot from start to end.
+
+    For long reads (exports, chain verification) while others keep appending:
+    on SQLite it takes no write lock; on PostgreSQL it is REPEATABLE READ, READ
+    ONLY. Nothing is ever committed.
+    """
+    options: dict[str, Any] = {READ_ONLY: True}
+    if engine.dialect.name == "postgresql":
+        options.update(isolation_level="REPEATABLE READ", postgresql_readonly=True)
+    with engine.connect() as connection:
+        connection.execution_options(**options)
+        with Session(bind=connection, expire_on_commit=False) as session:
+            try:
+                yield session
+            finally:
+                session.rollback()
+
+
 def run_unit(
     engine: Engine,
     work: Callable[[Session], T],
@@ -78,6 +105,22 @@ def run_unit(
     """
     try:
         with session_scope(engine) as session:
+            return work(session)
+    except DomainError as error:
+        with session_scope(engine) as session:
+            on_refusal(session, error)
+        raise
+
+
+def run_read(
+    engine: Engine,
+    work: Callable[[Session], T],
+    *,
+    on_refusal: Callable[[Session, DomainError], None],
+) -> T:
+    """``run_unit`` for reads: one snapshot, no write lock; a refusal is still recorded."""
+    try:
+        with read_scope(engine) as session:
             return work(session)
     except DomainError as error:
         with session_scope(engine) as session:

@@ -9,7 +9,7 @@ from sqlalchemy import Engine
 from service.actions.registry import ActionRegistry, load_registry
 from service.config import Settings
 from service.db import make_engine
-from service.policies.actions import load_policies
+from service.policies.actions import PolicyError, load_policies
 from service.policies.schemas import PolicyConfig
 
 
@@ -25,6 +25,14 @@ def build_runtime(settings: Settings, *, engine: Engine | None = None) -> Runtim
     """Load and check actions and policies; raises with every problem named if they are unusable."""
     registry = load_registry(settings.action_modules)
     policies = load_policies(settings.policies)
+    unknown = sorted(set(policies) - set(registry.writes))
+    if unknown:
+        # A misspelt policy name would silently leave its action on the default policy.
+        raise PolicyError(
+            "policies for actions that do not exist: "
+            + ", ".join(unknown)
+            + f" (write actions: {', '.join(sorted(registry.writes))})"
+        )
     return Runtime(
         settings=settings,
         engine=engine or make_engine(settings.resolved_database_url()),

@@ -9,7 +9,7 @@ from celery import Celery
 
 from service.config import Settings, get_settings
 from service.executions.queue import celery_config
-from service.executions.schemas import SWEEP_TASK
+from service.executions.schemas import CHECKPOINT_TASK, SWEEP_TASK
 from service.runtime import Runtime, build_runtime
 
 
@@ -18,6 +18,7 @@ def create_celery(settings: Settings) -> Celery:
     app.conf.update(celery_config(settings))
     app.conf.beat_schedule = {
         "sweep": {"task": SWEEP_TASK, "schedule": settings.sweep_interval_seconds},
+        "checkpoint": {"task": CHECKPOINT_TASK, "schedule": settings.checkpoint_interval_seconds},
     }
     app.conf.beat_schedule_filename = str(settings.state_dir / "beat-schedule")
     app.conf.include = ["workers.tasks"]

@@ -10,9 +10,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from service.audit import checkpoints
+from service.db import session_scope
+from service.errors import DomainError
 from service.executions import sweeper
 from service.executions.runner import run_execution
-from service.executions.schemas import EXECUTE_TASK, SWEEP_TASK
+from service.executions.schemas import CHECKPOINT_TASK, EXECUTE_TASK, SWEEP_TASK
+from service.sql import utcnow
 from workers.app import celery_app, runtime
 
 logger = logging.getLogger(__name__)
@@ -42,3 +46,16 @@ def sweep() -> dict[str, int]:
         "republished": report.republished,
         "expired": report.expired,
     }
+
+
+@celery_app.task(name=CHECKPOINT_TASK)  # type: ignore[untyped-decorator]
+def checkpoint() -> int:
+    """Sign every tenant's chain head that moved since its last checkpoint."""
+    settings = runtime().settings
+    try:
+        key = checkpoints.load_key(settings.resolved_checkpoint_key_file())
+    except DomainError as error:
+        logger.warning("no audit checkpoint: %s %s", error.message, error.suggested_action)
+        return 0
+    with session_scope(runtime().engine) as session:
+        return len(checkpoints.create(session, key, now=utcnow()))

@@ -49,7 +49,6 @@ class Preview(BaseModel):
     summary: str = Field(description="One or two sentences an approver reads; no raw PII.")
     amount: Money | None = None
     risk: Risk = Risk.MEDIUM
-    policy: str | None = Field(default=None, description="Policy name; the action name if unset.")
 
 
 class Outcome(BaseModel):

@@ -38,11 +38,13 @@ def load_registry(module_names: Iterable[str]) -> ActionRegistry:
     for module_name in module_names:
         try:
             module = importlib.import_module(module_name)
-        except ImportError as exc:
-            problems.append(f"action module {module_name!r} cannot be imported: {exc}")
+        except Exception as exc:  # a broken user module must not hide the other problems
+            problems.append(
+                f"action module {module_name!r} cannot be imported: {type(exc).__name__}: {exc}"
+            )
             continue
         declared = getattr(module, "ACTIONS", None)
-        if declared is None:
+        if not isinstance(declared, list | tuple):
             problems.append(f"action module {module_name!r} has no ACTIONS list")
             continue
         actions.extend(declared)
@@ -57,6 +59,12 @@ def build_registry(
     registry = ActionRegistry()
     undeclared: list[str] = []
     for action in actions:
+        if isinstance(action, type):
+            name = getattr(action, "name", action.__name__)
+            problems.append(
+                f"action {name!r} ({action.__name__}) is listed as a class; list an instance"
+            )
+            continue
         label = str(getattr(action, "name", None) or type(action).__name__)
         kind = getattr(type(action), "kind", None)
         if kind is None:

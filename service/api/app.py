@@ -6,7 +6,7 @@ from fastapi import FastAPI
 
 from service.api.errors import install_error_handlers
 from service.api.publisher import celery_publisher
-from service.api.routes import drafts, executions, health
+from service.api.routes import audit, drafts, executions, health
 from service.config import get_settings
 from service.executions.outbox import Publisher
 from service.runtime import Runtime, build_runtime
@@ -26,4 +26,5 @@ def create_app(runtime: Runtime | None = None, *, publisher: Publisher | None = 
     app.include_router(health.router)
     app.include_router(drafts.router)
     app.include_router(executions.router)
+    app.include_router(audit.router)
     return app

@@ -207,10 +207,10 @@ def check_quorum(session: Session, draft: Draft, *, policies: dict[str, PolicyCo
         if (draft.amount_minor is not None and draft.currency)
         else None
     )
-    policy_name = str(draft.policy.get("name", draft.action))
+    # The policy is looked up by the action, never by anything stored on the draft.
     required = max(
         draft.approvals_required,
-        resolve(policies, policy_name, amount=amount, default_ttl_seconds=60).approvals_required,
+        resolve(policies, draft.action, amount=amount, default_ttl_seconds=60).approvals_required,
         1,
     )
     digest = params_sha256(draft.params)

@@ -7,9 +7,10 @@ from typing import Any
 
 from sqlmodel import Session
 
-from service.audit import chain, repository
+from service.audit import chain, checkpoints, repository
+from service.audit.chain import GENESIS_HASH
+from service.audit.verification import Verification, verify_chain
 from service.errors import DomainError
-from service.sql import utcnow
 
 
 def record(
@@ -33,7 +34,6 @@ def record(
             tenant=tenant,
             actor=actor,
             type=type,
-            at=utcnow(),
             data=data or {},
             draft_id=draft_id,
             execution_id=execution_id,
@@ -42,25 +42,23 @@ def record(
     )
 
 
-def verify(session: Session, tenant: str) -> chain.Verification:
-    """Recompute the tenant's chain and check it ends at the recorded head."""
+def verify(
+    session: Session, tenant: str, *, checkpoint_public_key: str | None = None
+) -> Verification:
+    """Recompute the tenant's chain; check it ends at the recorded head and agrees with every
+    signed checkpoint. Use a ``read_scope`` session, so the walk and the head are one snapshot.
+    """
+    head = repository.get_head(session, tenant)
+    recorded = (head.seq, head.hash) if head is not None else (0, GENESIS_HASH)
+    stored = [checkpoints.as_dict(c) for c in checkpoints.for_tenant(session, tenant)]
     # closing(): an early return on the first bad event must still release the DB cursor.
     with closing(repository.iter_chain(session, tenant)) as events:
-        result = chain.verify_events(event.model_dump() for event in events)
-    if not result.ok:
-        return result
-    head = repository.get_head(session, tenant)
-    if head is not None and (head.seq, head.hash) != (result.head_seq, result.head_hash):
-        # The tail was cut off (or the head row was edited): the chain stops short.
-        return chain.Verification(
-            False,
-            result.events_checked,
-            result.head_seq,
-            result.head_hash,
-            result.head_seq + 1,
-            f"the chain ends at seq {result.head_seq} but the head records seq {head.seq}",
+        return verify_chain(
+            (event.model_dump() for event in events),
+            recorded_head=recorded,
+            checkpoints=stored if checkpoint_public_key else (),
+            checkpoint_public_key=checkpoint_public_key,
         )
-    return result
 
 
 def record_refusal(

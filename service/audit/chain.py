@@ -14,16 +14,14 @@ colliding with any other SHA-256 the system computes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from sqlmodel import Session, col, select
 
 from service.audit.models import AuditEvent, AuditHead
 from service.canonical import canonical_json, sha256_hex
-from service.sql import insert_or_ignore, rfc3339
+from service.sql import insert_or_ignore, rfc3339, utcnow
 
 DOMAIN_PREFIX = b"draftgate.audit.v1\n"
 GENESIS_HASH = "0" * 64
@@ -37,7 +35,6 @@ class RecordedEvent:
     tenant: str
     actor: str
     type: str
-    at: datetime
     data: dict[str, Any] = field(default_factory=dict)
     draft_id: str | None = None
     execution_id: str | None = None
@@ -89,11 +86,14 @@ def append_recorded(session: Session) -> None:
         by_tenant.setdefault(event.tenant, []).append(event)
     for tenant in sorted(by_tenant):  # a fixed lock order across tenants
         head = _lock_head(session, tenant)
+        # ``at`` is the moment of joining the chain, taken under the head lock, so
+        # time and seq order agree: a time range is a contiguous run of seqs.
+        at = utcnow()
         for recorded in by_tenant[tenant]:
             row = AuditEvent(
                 tenant=tenant,
                 seq=head.seq + 1,
-                at=recorded.at,
+                at=at,
                 actor=recorded.actor,
                 type=recorded.type,
                 draft_id=recorded.draft_id,
@@ -120,40 +120,3 @@ def _lock_head(session: Session, tenant: str) -> AuditHead:
         .execution_options(populate_existing=True)
     )
     return session.exec(statement).one()
-
-
-@dataclass(frozen=True)
-class Verification:
-    """The outcome of walking a chain from its first event."""
-
-    ok: bool
-    events_checked: int
-    head_seq: int
-    head_hash: str
-    first_bad_seq: int | None
-    problem: str | None = None
-
-
-def verify_events(events: Iterable[dict[str, Any]]) -> Verification:
-    """Walk one tenant's events in ``seq`` order and find the first that breaks the chain.
-
-    Works on plain dicts, so the server and the offline verifier of an export
-    share this one implementation.
-    """
-    expected_seq, previous = 1, GENESIS_HASH
-    checked = 0
-    for event in events:
-        seq = event["seq"]
-        problem = None
-        if seq != expected_seq:
-            problem = f"expected seq {expected_seq}, found {seq} (an event is missing or moved)"
-            seq = min(seq, expected_seq)
-        elif event["prev_hash"] != previous:
-            problem = "prev_hash does not match the previous event's hash"
-        elif event_hash(event) != event["hash"]:
-            problem = "hash does not match the event's contents"
-        if problem:
-            return Verification(False, checked, expected_seq - 1, previous, seq, problem)
-        checked += 1
-        expected_seq, previous = expected_seq + 1, event["hash"]
-    return Verification(True, checked, expected_seq - 1, previous, None)

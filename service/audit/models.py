@@ -45,3 +45,23 @@ class AuditHead(SQLModel, table=True):
     tenant: str = Field(primary_key=True, max_length=64)
     seq: int = Field(default=0, sa_column=Column(BigInt, nullable=False))
     hash: str = Field(max_length=64)
+
+
+class AuditCheckpoint(SQLModel, table=True):
+    """A signed statement of a tenant's chain head, made with a key kept outside the database.
+
+    Anyone with write access to the database can recompute a hash chain; nobody
+    without the checkpoint key can forge these, so a rewritten or truncated
+    history disagrees with an earlier checkpoint.
+    """
+
+    __tablename__ = "audit_checkpoints"
+    __table_args__ = (UniqueConstraint("tenant", "seq", name="uq_audit_checkpoints_tenant_seq"),)
+
+    id: int | None = Field(default=None, sa_column=Column(BigInt, primary_key=True))
+    tenant: str = Field(max_length=64)
+    seq: int = Field(sa_column=Column(BigInt, nullable=False))
+    hash: str = Field(max_length=64)
+    at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
+    key_id: str = Field(max_length=64)
+    signature: str = Field(max_length=200)

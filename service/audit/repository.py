@@ -3,29 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Generator
+from typing import Any
 
 from sqlmodel import Session, col, select
 
 from service.audit.models import AuditEvent, AuditHead
+from service.audit.schemas import EventFilter
 
 _BATCH = 1_000
 
 
 def iter_chain(session: Session, tenant: str) -> Generator[AuditEvent]:
-    """A tenant's events in ``seq`` order, fetched in batches (constant memory)."""
-    statement = (
-        select(AuditEvent)
-        .where(col(AuditEvent.tenant) == tenant)
-        .order_by(col(AuditEvent.seq))
-        .execution_options(yield_per=_BATCH)
-    )
-    result = session.exec(statement)
-    try:
-        for event in result:
-            yield event
-            session.expunge(event)
-    finally:
-        result.close()  # a server-side cursor must not outlive an abandoned walk
+    """A tenant's whole chain in ``seq`` order, fetched in batches (constant memory)."""
+    return stream(session, tenant, EventFilter())
 
 
 def get_head(session: Session, tenant: str) -> AuditHead | None:
@@ -35,9 +25,61 @@ def get_head(session: Session, tenant: str) -> AuditHead | None:
 def events_for(
     session: Session, tenant: str, *, draft_id: str | None = None, type_: str | None = None
 ) -> list[AuditEvent]:
-    statement = select(AuditEvent).where(col(AuditEvent.tenant) == tenant)
-    if draft_id is not None:
-        statement = statement.where(col(AuditEvent.draft_id) == draft_id)
-    if type_ is not None:
-        statement = statement.where(col(AuditEvent.type) == type_)
+    statement = _filtered(tenant, EventFilter(draft_id=draft_id, type=type_))
     return list(session.exec(statement.order_by(col(AuditEvent.seq))).all())
+
+
+def _filtered(tenant: str, filters: EventFilter) -> Any:
+    statement = select(AuditEvent).where(col(AuditEvent.tenant) == tenant)
+    for name in ("type", "actor", "draft_id", "execution_id", "trace_id"):
+        value = getattr(filters, name)
+        if value is not None:
+            statement = statement.where(getattr(AuditEvent, name) == value)
+    if filters.since is not None:
+        statement = statement.where(col(AuditEvent.at) >= filters.since)
+    if filters.until is not None:
+        statement = statement.where(col(AuditEvent.at) < filters.until)
+    return statement
+
+
+def page(
+    session: Session, tenant: str, filters: EventFilter, *, after_seq: int, limit: int
+) -> list[AuditEvent]:
+    """Matching events with seq > after_seq, oldest first. Appends only ever add higher seqs,
+    so a seq cursor neither skips nor repeats while the log grows."""
+    statement = (
+        _filtered(tenant, filters)
+        .where(col(AuditEvent.seq) > after_seq)
+        .order_by(col(AuditEvent.seq))
+        .limit(limit)
+    )
+    return list(session.exec(statement).all())
+
+
+def stream(session: Session, tenant: str, filters: EventFilter) -> Generator[AuditEvent]:
+    """Every matching event, oldest first, fetched in batches (constant memory)."""
+    statement = (
+        _filtered(tenant, filters).order_by(col(AuditEvent.seq)).execution_options(yield_per=_BATCH)
+    )
+    result = session.exec(statement)
+    try:
+        for event in result:
+            yield event
+            session.expunge(event)
+    finally:
+        result.close()
+
+
+def for_drafts(session: Session, tenant: str, draft_ids: set[str]) -> list[AuditEvent]:
+    if not draft_ids:
+        return []
+    statement = (
+        select(AuditEvent)
+        .where(col(AuditEvent.tenant) == tenant, col(AuditEvent.draft_id).in_(sorted(draft_ids)))
+        .order_by(col(AuditEvent.seq))
+    )
+    return list(session.exec(statement).all())
+
+
+def events_matching(session: Session, tenant: str, filters: EventFilter) -> list[AuditEvent]:
+    return list(session.exec(_filtered(tenant, filters).order_by(col(AuditEvent.seq))).all())

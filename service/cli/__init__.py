@@ -21,6 +21,7 @@ app.add_typer(approver.executions_app, name="executions")
 app.command("approve")(approver.approve)
 app.command("reject")(approver.reject)
 app.command("execute")(approver.execute)
+app.command("trace")(audit.trace)
 app.command("migrate")(serve.migrate)
 app.command("dev")(dev.dev)
 

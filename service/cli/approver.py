@@ -173,7 +173,7 @@ def _decide(
         private_key = load_private_key(key_file)
     except (OSError, ValueError) as exc:
         fail(f"cannot use {key_file}: {exc}")
-    draft = _checked(lambda: api.get(f"/v1/drafts/{draft_id}"))
+    draft = checked_call(lambda: api.get(f"/v1/drafts/{draft_id}"))
     _render(draft)
     offered = draft.get("statement_to_sign")
     if not offered:
@@ -203,7 +203,7 @@ def _decide(
     if not yes:
         typer.confirm(f"Sign this {decision.value} of revision {draft['revision']}?", abort=True)
     signature = sign(private_key, canonical_json(ours))
-    return _checked(
+    return checked_call(
         lambda: api.post(
             f"/v1/drafts/{draft_id}/approvals", {"statement": ours, "signature": signature}
         )
@@ -211,7 +211,7 @@ def _decide(
 
 
 def _request_execution(api: ApiClient, draft_id: str) -> None:
-    accepted = _checked(lambda: api.post(f"/v1/drafts/{draft_id}/execute"))
+    accepted = checked_call(lambda: api.post(f"/v1/drafts/{draft_id}/execute"))
     typer.echo(f"execution {accepted['execution_id']}: {accepted['status']}")
 
 
@@ -243,10 +243,10 @@ def _counted(draft: dict[str, Any]) -> int:
 
 def _call(request: Any, api_url: str | None, token: str | None) -> Any:
     api = ApiClient.from_options(api_url, token)
-    return _checked(lambda: request(api))
+    return checked_call(lambda: request(api))
 
 
-def _checked(request: Any) -> Any:
+def checked_call(request: Any) -> Any:
     try:
         return request()
     except ApiProblem as problem:

@@ -1,51 +1,273 @@
-"""``draftgate audit``: check the tamper-evident log."""
+"""``draftgate audit`` and ``draftgate trace``: query, export and verify the audit log.
+
+Auditors work through the API with their token (no database access needed);
+``verify --file`` needs nothing at all but the export; operators with database
+access can verify, checkpoint and manage the checkpoint key directly.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
 
+import httpx
 import typer
 
 from service.audit import actions as audit
-from service.cli.common import print_json, runtime
+from service.audit import checkpoints
+from service.audit.offline import ExportError, read_checkpoints, verify_export
+from service.audit.verification import Verification
+from service.cli.approver import checked_call
+from service.cli.client import ApiClient, ApiUrlOption, TokenOption
+from service.cli.common import fail, print_json, print_table, runtime
 from service.config import get_settings
-from service.db import session_scope
+from service.db import read_scope, session_scope
+from service.signing import key_id_for, public_key_b64
+from service.sql import utcnow
 
-app = typer.Typer(help="Verify the audit log.", no_args_is_help=True)
+app = typer.Typer(help="Query, export and verify the audit log.", no_args_is_help=True)
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+TenantOption = Annotated[
+    str | None, typer.Option(help="Tenant, for operators (default: DRAFTGATE_DEFAULT_TENANT).")
+]
+
+
+@app.command("events")
+def events(
+    type: Annotated[str | None, typer.Option("--type", help="e.g. tool.refused")] = None,
+    actor: Annotated[str | None, typer.Option(help="e.g. agent:support-agent")] = None,
+    draft_id: Annotated[str | None, typer.Option("--draft", help="Draft id.")] = None,
+    execution_id: Annotated[str | None, typer.Option("--execution", help="Execution id.")] = None,
+    trace_id: Annotated[str | None, typer.Option("--trace", help="Trace id.")] = None,
+    since: Annotated[str | None, typer.Option(help="RFC 3339, e.g. 2026-11-30T00:00:00Z")] = None,
+    until: Annotated[str | None, typer.Option(help="RFC 3339 (exclusive)")] = None,
+    limit: Annotated[int, typer.Option(help="Events per page (1-500).")] = 50,
+    cursor: Annotated[str | None, typer.Option(help="Continue after a previous page.")] = None,
+    as_json: JsonOption = False,
+    api_url: str | None = ApiUrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """List audit events as a readable table (auditor token)."""
+    api = ApiClient.from_options(api_url, token)
+    page = checked_call(
+        lambda: api.get(
+            "/v1/audit/events",
+            type=type,
+            actor=actor,
+            draft_id=draft_id,
+            execution_id=execution_id,
+            trace_id=trace_id,
+            since=since,
+            until=until,
+            limit=limit,
+            cursor=cursor,
+        )
+    )
+    if as_json:
+        print_json(page)
+        return
+    print_table(
+        ["seq", "at", "type", "actor", "draft", "trace", "detail"],
+        [
+            [
+                e["seq"],
+                e["at"][:19],
+                e["type"],
+                e["actor"],
+                e["draft_id"] or "",
+                (e["trace_id"] or "")[:12],
+                _detail(e),
+            ]
+            for e in page["events"]
+        ],
+    )
+    if page.get("next_cursor"):
+        typer.echo(f"more: --cursor {page['next_cursor']}")
+
+
+@app.command("export")
+def export(
+    out: Annotated[Path, typer.Option("--out", help="Where to write the NDJSON export.")],
+    api_url: str | None = ApiUrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Download the whole log of your tenant as NDJSON (streamed; any size)."""
+    api = ApiClient.from_options(api_url, token)
+    count = 0
+    with (
+        httpx.stream(
+            "GET",
+            f"{api.base_url}/v1/audit/export",
+            headers={"Authorization": f"Bearer {api.token}"},
+            timeout=httpx.Timeout(30.0, read=300.0),  # long exports stream; a stall fails
+        ) as response,
+    ):
+        if response.status_code != 200:
+            response.read()
+            fail(f"export refused: {response.status_code} {response.text}")
+        with out.open("w", encoding="utf-8") as sink:
+            for line in response.iter_lines():
+                if line:
+                    sink.write(line + "\n")
+                    count += 1
+    typer.echo(f"exported {count} events to {out}")
+
+
+@app.command("checkpoints")
+def download_checkpoints(
+    out: Annotated[Path, typer.Option("--out", help="Where to write the checkpoints JSON.")],
+    api_url: str | None = ApiUrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Download the signed checkpoints (for `audit verify --file … --checkpoints …`)."""
+    api = ApiClient.from_options(api_url, token)
+    document = checked_call(lambda: api.get("/v1/audit/checkpoints"))
+    out.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    typer.echo(f"{len(document['checkpoints'])} checkpoints, key {document['key_id']} -> {out}")
 
 
 @app.command("verify")
 def verify(
-    tenant: Annotated[
-        str | None, typer.Option(help="Tenant (default: DRAFTGATE_DEFAULT_TENANT).")
+    file: Annotated[
+        Path | None, typer.Option("--file", help="Verify this NDJSON export offline.")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    checkpoints_file: Annotated[
+        Path | None, typer.Option("--checkpoints", help="Signed checkpoints JSON to check against.")
+    ] = None,
+    public_key: Annotated[
+        str | None, typer.Option(help="The checkpoint public key you trust (pin it).")
+    ] = None,
+    tenant: TenantOption = None,
+    as_json: JsonOption = False,
+    api_url: str | None = ApiUrlOption,
+    token: str | None = TokenOption,
 ) -> None:
-    """Recompute the tenant's hash chain; on tampering exit 1 and name the first bad seq."""
-    rt = runtime()
-    tenant = tenant or get_settings().default_tenant
-    with session_scope(rt.engine) as session:
-        result = audit.verify(session, tenant)
-    if as_json:
-        print_json(
-            {
-                "ok": result.ok,
-                "events_checked": result.events_checked,
-                "head": {"seq": result.head_seq, "hash": result.head_hash},
-                "first_bad_seq": result.first_bad_seq,
-                "problem": result.problem,
-            }
+    """Verify the hash chain: offline (--file), through the API (with a token), or, for
+    operators, straight from the database. Exit 1 naming the first bad seq if tampered."""
+    if file is not None:
+        result = _verify_file(file, checkpoints_file, public_key)
+    elif token or os.environ.get("DRAFTGATE_TOKEN"):
+        api = ApiClient.from_options(api_url, token)
+        report = checked_call(lambda: api.get("/v1/audit/verify"))
+        result = Verification(
+            report["ok"],
+            report["events_checked"],
+            report["head"]["seq"],
+            report["head"]["hash"],
+            report["first_bad_seq"],
+            report.get("problem"),
+            report.get("checkpoints_checked", 0),
         )
+    else:
+        rt = runtime()
+        with read_scope(rt.engine) as session:
+            result = audit.verify(
+                session,
+                tenant or get_settings().default_tenant,
+                checkpoint_public_key=checkpoints.trusted_public_key(rt.settings),
+            )
+    _print_verdict(result, as_json)
+    if not result.ok:
+        raise typer.Exit(code=1)
+
+
+@app.command("checkpoint")
+def make_checkpoint(tenant: TenantOption = None) -> None:
+    """Sign the chain head now (operators; needs the checkpoint key file)."""
+    rt = runtime()
+    key = checkpoints.load_key(rt.settings.resolved_checkpoint_key_file())
+    with session_scope(rt.engine) as session:
+        created = checkpoints.create(session, key, now=utcnow(), tenant=tenant)
+        rows = [[c.tenant, c.seq, c.hash[:16], c.key_id] for c in created]
+    if not rows:
+        typer.echo("nothing new to checkpoint")
+    else:
+        print_table(["tenant", "seq", "hash", "key"], rows)
+
+
+@app.command("checkpoint-key")
+def checkpoint_key(
+    generate: Annotated[
+        bool, typer.Option("--generate", help="Create the key if missing.")
+    ] = False,
+) -> None:
+    """Print the checkpoint public key auditors should pin (operators)."""
+    path = get_settings().resolved_checkpoint_key_file()
+    key = checkpoints.ensure_key(path) if generate else checkpoints.load_key(path)
+    public = public_key_b64(key)
+    typer.echo(f"key file:   {path}")
+    typer.echo(f"public key: {public}")
+    typer.echo(f"key id:     {key_id_for(public)}")
+
+
+def trace(
+    trace_id: str,
+    as_json: JsonOption = False,
+    api_url: str | None = ApiUrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Show one agent interaction as a timeline: tool calls, drafts, approvals, execution."""
+    api = ApiClient.from_options(api_url, token)
+    view = checked_call(lambda: api.get(f"/v1/traces/{trace_id}"))
+    if as_json:
+        print_json(view)
+        return
+    typer.echo(f"trace {view['trace_id']}")
+    for draft in view["drafts"]:
+        execution = draft.get("execution") or {}
+        typer.echo(
+            f"  draft {draft['draft_id']} ({draft['action']}): {draft['status']}"
+            + (f", execution {execution['status']}" if execution else "")
+        )
+    for step in view["steps"]:
+        typer.echo(
+            f"  {step['at'][11:23]}  #{step['seq']:<6} {step['actor']:<26} {step['summary']}"
+        )
+    typer.echo(f"diagnosis: {view['diagnosis']}")
+
+
+def _verify_file(file: Path, checkpoints_file: Path | None, public_key: str | None) -> Verification:
+    stored: list[dict[str, Any]] = []
+    if checkpoints_file is not None:
+        stored, claimed_key = read_checkpoints(checkpoints_file.read_text(encoding="utf-8"))
+        if public_key is None:
+            if claimed_key is None:
+                fail("the checkpoints file names no public key; pass --public-key")
+            typer.echo(
+                "warning: trusting the public key inside the checkpoints file; "
+                "pin it with --public-key",
+                err=True,
+            )
+            public_key = claimed_key
+    try:
+        with file.open(encoding="utf-8") as lines:
+            return verify_export(lines, checkpoints=stored, checkpoint_public_key=public_key)
+    except (ExportError, OSError) as exc:
+        fail(str(exc))
+
+
+def _print_verdict(result: Verification, as_json: bool) -> None:
+    if as_json:
+        print_json(result.report())
     elif result.ok:
         typer.echo(
-            f"ok: {result.events_checked} events of tenant {tenant} verify; "
-            f"head seq {result.head_seq} hash {result.head_hash}"
+            f"ok: {result.events_checked} events verify; head seq {result.head_seq} "
+            f"hash {result.head_hash}; {result.checkpoints_checked} checkpoints agree"
         )
     else:
         typer.echo(
-            f"TAMPERED: tenant {tenant}, first bad seq {result.first_bad_seq}: "
-            f"{result.problem} ({result.events_checked} events verified before it)",
+            f"TAMPERED: first bad seq {result.first_bad_seq}: {result.problem} "
+            f"({result.events_checked} events verified before it)",
             err=True,
         )
-    if not result.ok:
-        raise typer.Exit(code=1)
+
+
+def _detail(event: dict[str, Any]) -> str:
+    data = event["data"]
+    error = data.get("error") or {}
+    if error:
+        return f"{error.get('code')}: {error.get('message', '')}"[:80]
+    return str(data.get("tool") or data.get("summary") or data.get("reason") or "")[:80]

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -21,11 +22,13 @@ from typing import Annotated
 
 import typer
 
+from service.audit.checkpoints import ensure_key
 from service.config import DEFAULT_STATE_DIR, Settings
 from service.db import session_scope
 from service.demo import seed_demo, write_manifest
 from service.migrate import upgrade
 from service.runtime import build_runtime
+from service.signing import public_key_b64
 
 READY_TIMEOUT_SECONDS = 60
 
@@ -56,9 +59,17 @@ def dev(
     manifest_path = state_dir / "demo.json"
 
     upgrade(settings.resolved_database_url())
+    checkpoint_key = ensure_key(settings.resolved_checkpoint_key_file())
     manifest = _load_or_seed(settings, manifest_path, api_url=api_url, mcp_url=mcp_url)
     write_manifest(manifest, manifest_path)
 
+    stop_requested = threading.Event()
+
+    def stop(_signum: int, _frame: FrameType | None) -> None:
+        stop_requested.set()
+
+    signal.signal(signal.SIGINT, stop)  # before any child starts: Ctrl-C is never lost
+    signal.signal(signal.SIGTERM, stop)
     children = _start(
         {
             "api": ["serve", "api", "--host", host, "--port", str(api_port)],
@@ -68,25 +79,15 @@ def dev(
         },
         env,
     )
-    stopping = False
-
-    def stop(_signum: int, _frame: FrameType | None) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
     try:
-        _wait_ready(
-            {"api": f"{api_url}/healthz", "mcp": f"http://{host}:{mcp_port}/healthz"}, children
-        )
-        _announce(state_dir, manifest, manifest_path)
-        while not stopping:
+        health = {"api": f"{api_url}/healthz", "mcp": f"http://{host}:{mcp_port}/healthz"}
+        if _wait_ready(health, children, stop_requested):
+            _announce(state_dir, manifest, manifest_path, public_key_b64(checkpoint_key))
+        while not stop_requested.wait(0.5):
             for name, child in children.items():
-                if child.poll() is not None:
+                if child.poll() is not None and not stop_requested.is_set():
                     typer.echo(f"{name} exited with code {child.returncode}; stopping", err=True)
                     raise typer.Exit(code=1)
-            time.sleep(0.5)
     finally:
         _stop(children)
     typer.echo("stopped")
@@ -122,12 +123,22 @@ def _start(
     }
 
 
-def _wait_ready(urls: dict[str, str], children: dict[str, subprocess.Popen[bytes]]) -> None:
+def _wait_ready(
+    urls: dict[str, str],
+    children: dict[str, subprocess.Popen[bytes]],
+    stop_requested: threading.Event,
+) -> bool:
+    """True once every URL answers; False if a stop was requested first."""
     deadline = time.monotonic() + READY_TIMEOUT_SECONDS
     pending = dict(urls)
     while pending:
+        if stop_requested.is_set():
+            return False
         for name, url in list(pending.items()):
             if children[name].poll() is not None:
+                if stop_requested.is_set():
+                    return False
+                typer.echo(f"{name} exited with code {children[name].returncode}", err=True)
                 raise typer.Exit(code=1)
             try:
                 with urllib.request.urlopen(url, timeout=1):  # noqa: S310 - our own loopback URL
@@ -137,7 +148,8 @@ def _wait_ready(urls: dict[str, str], children: dict[str, subprocess.Popen[bytes
         if time.monotonic() > deadline:
             typer.echo(f"not ready after {READY_TIMEOUT_SECONDS}s: {', '.join(pending)}", err=True)
             raise typer.Exit(code=1)
-        time.sleep(0.2)
+        stop_requested.wait(0.2)
+    return True
 
 
 def _stop(children: dict[str, subprocess.Popen[bytes]]) -> None:
@@ -152,7 +164,9 @@ def _stop(children: dict[str, subprocess.Popen[bytes]]) -> None:
             child.wait()
 
 
-def _announce(state_dir: Path, manifest: dict[str, object], manifest_path: Path) -> None:
+def _announce(
+    state_dir: Path, manifest: dict[str, object], manifest_path: Path, checkpoint_key: str
+) -> None:
     typer.echo("")
     typer.echo("draftgate is running (embedded: SQLite, no servers)")
     typer.echo(f"  HTTP API   {manifest['api_url']}   (OpenAPI: {manifest['api_url']}/docs)")
@@ -160,4 +174,5 @@ def _announce(state_dir: Path, manifest: dict[str, object], manifest_path: Path)
     typer.echo("  worker     Celery worker + beat on the server-less SQLite broker")
     typer.echo(f"  database   {state_dir / 'draftgate.db'}")
     typer.echo(f"  manifest   {manifest_path}   (demo tokens, keys, order ids)")
+    typer.echo(f"  audit      checkpoint public key {checkpoint_key}")
     typer.echo("Press Ctrl-C to stop.")

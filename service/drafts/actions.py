@@ -78,7 +78,7 @@ def propose(
     preview = action.validate(ctx, params)
     policy = resolve(
         policies,
-        preview.policy or action.name,
+        action.name,
         amount=preview.amount,
         default_ttl_seconds=ctx.settings.default_draft_ttl_seconds,
     )

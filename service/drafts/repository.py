@@ -105,3 +105,14 @@ def page(
         )
     statement = statement.order_by(col(Draft.created_at).desc(), col(Draft.id).desc()).limit(limit)
     return list(session.exec(statement).all())
+
+
+def ids_traced(session: Session, tenant: str, trace_id: str) -> set[str]:
+    """Drafts created or revised in the given trace."""
+    created = select(Draft.id).where(col(Draft.tenant) == tenant, col(Draft.trace_id) == trace_id)
+    revised = (
+        select(DraftRevision.draft_id)
+        .join(Draft, col(Draft.id) == col(DraftRevision.draft_id))
+        .where(col(Draft.tenant) == tenant, col(DraftRevision.trace_id) == trace_id)
+    )
+    return set(session.exec(created).all()) | set(session.exec(revised).all())

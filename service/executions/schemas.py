@@ -9,6 +9,7 @@ from service.executions.models import ExecutionStatus
 
 EXECUTE_TASK = "draftgate.execute"
 SWEEP_TASK = "draftgate.sweep"
+CHECKPOINT_TASK = "draftgate.checkpoint"
 
 
 class AttemptView(BaseModel):

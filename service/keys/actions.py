@@ -12,15 +12,20 @@ from service.audit import actions as audit
 from service.errors import Category, DomainError, invalid_argument
 from service.keys import repository
 from service.keys.models import ApproverKey
-from service.keys.schemas import KeyInfo
+from service.keys.schemas import KeyInfo, KeyRegistration
 from service.signing import key_id_for, parse_public_key
 from service.sql import utcnow
+from service.validation import parse
 
 
 def register(
     session: Session, *, tenant: str, approver: str, public_key: str, label: str = "", actor: str
 ) -> KeyInfo:
     """Register an approver's Ed25519 public key in a tenant."""
+    parse(
+        KeyRegistration,
+        {"tenant": tenant, "approver": approver, "public_key": public_key, "label": label},
+    )
     try:
         parse_public_key(public_key)
     except ValueError as exc:

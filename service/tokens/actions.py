@@ -13,7 +13,8 @@ from service.principal import Principal, Role
 from service.sql import utcnow
 from service.tokens import repository
 from service.tokens.models import ApiToken
-from service.tokens.schemas import IssuedToken, TokenInfo
+from service.tokens.schemas import IssuedToken, TokenInfo, TokenRequest
+from service.validation import parse
 
 TOKEN_PREFIX = "dg_"  # noqa: S105 - a prefix that makes leaked tokens greppable, not a secret
 
@@ -33,6 +34,10 @@ def issue(
     issued_by: str,
 ) -> IssuedToken:
     """Create a token; the secret is returned once and only its digest is stored."""
+    request = {"tenant": tenant, "subject": subject, "role": role.value, "label": label}
+    if on_behalf_of is not None:
+        request["on_behalf_of"] = on_behalf_of
+    parse(TokenRequest, request)
     if role is Role.AGENT and not on_behalf_of:
         raise invalid_argument("An agent token must name the end user it acts for (on_behalf_of).")
     if role is not Role.AGENT and on_behalf_of:

@@ -1,0 +1,144 @@
+"""Auditor routes: query, export and verify the log; checkpoints; traces."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from fastapi.responses import StreamingResponse
+from pydantic import ValidationError
+
+from service.api.deps import CurrentPrincipal, RuntimeDep, TraceIdDep, refusal_recorder
+from service.audit import review, traces
+from service.audit.schemas import MAX_PAGE, CheckpointList, EventFilter, EventPage, TraceView
+from service.db import run_read, run_unit
+from service.errors import invalid_argument
+from service.validation import MAX_LOCATION
+
+router = APIRouter(tags=["audit"])
+
+TypeQuery = Annotated[str | None, Query(max_length=64, description="Event type, e.g. tool.called")]
+ActorQuery = Annotated[str | None, Query(max_length=200, description="e.g. agent:support-agent")]
+IdQuery = Annotated[str | None, Query(max_length=64)]
+TraceQuery = Annotated[str | None, Query(max_length=32)]
+TimeQuery = Annotated[datetime | None, Query(description="RFC 3339 with a timezone")]
+
+
+def _filters(**values: Any) -> EventFilter:
+    try:
+        return EventFilter(**values)
+    except ValidationError as exc:
+        problems = [
+            f"{'.'.join(map(str, e['loc']))[:MAX_LOCATION]}: {e['msg']}" for e in exc.errors()
+        ]
+        raise invalid_argument("Invalid filters: " + "; ".join(problems)) from None
+
+
+@router.get("/v1/audit/events", summary="Filtered, cursor-paginated audit events (auditors)")
+def list_events(
+    runtime: RuntimeDep,
+    principal: CurrentPrincipal,
+    trace_id_header: TraceIdDep,
+    type: TypeQuery = None,
+    actor: ActorQuery = None,
+    draft_id: IdQuery = None,
+    execution_id: IdQuery = None,
+    trace_id: TraceQuery = None,
+    since: TimeQuery = None,
+    until: TimeQuery = None,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+) -> EventPage:
+    def work(session: Any) -> EventPage:
+        filters = _filters(
+            type=type,
+            actor=actor,
+            draft_id=draft_id,
+            execution_id=execution_id,
+            trace_id=trace_id,
+            since=since,
+            until=until,
+        )
+        return review.list_events(session, principal, filters, cursor=cursor, limit=limit)
+
+    return run_read(
+        runtime.engine,
+        work,
+        on_refusal=refusal_recorder(principal, "audit.query", trace_id=trace_id_header),
+    )
+
+
+@router.get(
+    "/v1/audit/export",
+    summary="The log as NDJSON, streamed (auditors); same filters as /v1/audit/events",
+    response_class=StreamingResponse,
+)
+def export(
+    runtime: RuntimeDep,
+    principal: CurrentPrincipal,
+    trace_id_header: TraceIdDep,
+    type: TypeQuery = None,
+    actor: ActorQuery = None,
+    draft_id: IdQuery = None,
+    execution_id: IdQuery = None,
+    trace_id: TraceQuery = None,
+    since: TimeQuery = None,
+    until: TimeQuery = None,
+) -> StreamingResponse:
+    def authorize(session: Any) -> EventFilter:
+        filters = _filters(
+            type=type,
+            actor=actor,
+            draft_id=draft_id,
+            execution_id=execution_id,
+            trace_id=trace_id,
+            since=since,
+            until=until,
+        )
+        review.authorize_export(session, principal, filters)
+        return filters
+
+    filters = run_unit(
+        runtime.engine,
+        authorize,
+        on_refusal=refusal_recorder(principal, "audit.export", trace_id=trace_id_header),
+    )
+    return StreamingResponse(
+        review.export_lines(runtime.engine, principal.tenant, filters),
+        media_type="application/x-ndjson",
+        headers={"Content-Disposition": f'attachment; filename="audit-{principal.tenant}.ndjson"'},
+    )
+
+
+@router.get("/v1/audit/verify", summary="Verify the tenant's chain and checkpoints (auditors)")
+def verify(
+    runtime: RuntimeDep, principal: CurrentPrincipal, trace_id_header: TraceIdDep
+) -> dict[str, Any]:
+    return run_read(
+        runtime.engine,
+        lambda session: review.verify(session, principal, runtime.settings).report(),
+        on_refusal=refusal_recorder(principal, "audit.verify", trace_id=trace_id_header),
+    )
+
+
+@router.get("/v1/audit/checkpoints", summary="Signed checkpoints of the chain head (auditors)")
+def checkpoints(
+    runtime: RuntimeDep, principal: CurrentPrincipal, trace_id_header: TraceIdDep
+) -> CheckpointList:
+    return run_read(
+        runtime.engine,
+        lambda session: review.list_checkpoints(session, principal, runtime.settings),
+        on_refusal=refusal_recorder(principal, "audit.checkpoints", trace_id=trace_id_header),
+    )
+
+
+@router.get("/v1/traces/{trace_id}", summary="One agent interaction, end to end (auditors)")
+def trace(
+    trace_id: str, runtime: RuntimeDep, principal: CurrentPrincipal, trace_id_header: TraceIdDep
+) -> TraceView:
+    return run_read(
+        runtime.engine,
+        lambda session: traces.trace(session, principal, trace_id),
+        on_refusal=refusal_recorder(principal, "trace", trace_id=trace_id_header),
+    )

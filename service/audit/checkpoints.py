@@ -1,0 +1,172 @@
+"""Signed checkpoints of the chain head (Ed25519, key in a file outside the database).
+
+Statement signed: JCS({"type": "draftgate.checkpoint.v1", "tenant", "seq", "hash", "at"})
+with ``at`` in RFC 3339 UTC, microseconds. A checkpoint is checked against the
+chain by comparing the event at ``seq``: a different hash means history was
+rewritten at or before ``seq``; a chain ending before ``seq`` was truncated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from sqlmodel import Session, col, select
+
+from service.audit.models import AuditCheckpoint, AuditHead
+from service.canonical import canonical_json
+from service.config import Settings
+from service.errors import Category, DomainError
+from service.signing import (
+    generate_private_key,
+    key_id_for,
+    load_private_key,
+    public_key_b64,
+    sign,
+    verify,
+    write_private_key,
+)
+from service.sql import rfc3339
+
+STATEMENT_TYPE = "draftgate.checkpoint.v1"
+
+
+def statement(tenant: str, seq: int, hash_: str, at: datetime | str) -> dict[str, Any]:
+    return {
+        "type": STATEMENT_TYPE,
+        "tenant": tenant,
+        "seq": seq,
+        "hash": hash_,
+        "at": at if isinstance(at, str) else rfc3339(at),
+    }
+
+
+def load_key(path: Path) -> Ed25519PrivateKey:
+    try:
+        return load_private_key(path)
+    except FileNotFoundError:
+        raise DomainError(
+            "CHECKPOINT_KEY_MISSING",
+            Category.PRECONDITION_FAILED,
+            f"No checkpoint key at {path}.",
+            suggested_action="Create one with `draftgate audit checkpoint-key --generate` and "
+            "give auditors its public key.",
+        ) from None
+
+
+def trusted_public_key(settings: Settings) -> str | None:
+    """The public key checkpoints are verified with: configured, or from the key file."""
+    if settings.checkpoint_public_key:
+        return settings.checkpoint_public_key
+    path = settings.resolved_checkpoint_key_file()
+    return public_key_b64(load_private_key(path)) if path.exists() else None
+
+
+def ensure_key(path: Path) -> Ed25519PrivateKey:
+    """The checkpoint key, generated (mode 0600) if the file does not exist yet."""
+    if not path.exists():
+        write_private_key(generate_private_key(), path)
+    return load_private_key(path)
+
+
+def create(
+    session: Session, key: Ed25519PrivateKey, *, now: datetime, tenant: str | None = None
+) -> list[AuditCheckpoint]:
+    """Sign the current head of every tenant (or one) that moved since its last checkpoint."""
+    public = public_key_b64(key)
+    query = select(AuditHead).where(col(AuditHead.seq) > 0)
+    if tenant is not None:
+        query = query.where(col(AuditHead.tenant) == tenant)
+    created = []
+    for head in session.exec(query).all():
+        latest = latest_for(session, head.tenant)
+        if latest is not None and latest.seq >= head.seq:
+            continue
+        signature = sign(key, canonical_json(statement(head.tenant, head.seq, head.hash, now)))
+        checkpoint = AuditCheckpoint(
+            tenant=head.tenant,
+            seq=head.seq,
+            hash=head.hash,
+            at=now,
+            key_id=key_id_for(public),
+            signature=signature,
+        )
+        session.add(checkpoint)
+        created.append(checkpoint)
+    session.flush()
+    return created
+
+
+def latest_for(session: Session, tenant: str) -> AuditCheckpoint | None:
+    query = (
+        select(AuditCheckpoint)
+        .where(col(AuditCheckpoint.tenant) == tenant)
+        .order_by(col(AuditCheckpoint.seq).desc())
+        .limit(1)
+    )
+    return session.exec(query).first()
+
+
+def for_tenant(session: Session, tenant: str) -> list[AuditCheckpoint]:
+    query = (
+        select(AuditCheckpoint)
+        .where(col(AuditCheckpoint.tenant) == tenant)
+        .order_by(col(AuditCheckpoint.seq))
+    )
+    return list(session.exec(query).all())
+
+
+def as_dict(checkpoint: AuditCheckpoint) -> dict[str, Any]:
+    return {
+        **statement(checkpoint.tenant, checkpoint.seq, checkpoint.hash, checkpoint.at),
+        "key_id": checkpoint.key_id,
+        "signature": checkpoint.signature,
+    }
+
+
+@dataclass(frozen=True)
+class CheckpointProblem:
+    seq: int
+    problem: str
+
+
+def check(
+    checkpoints: Iterable[Mapping[str, Any]],
+    *,
+    hashes_at: Mapping[int, str],
+    last_seq: int,
+    public_key: str,
+) -> CheckpointProblem | None:
+    """The first checkpoint the chain contradicts (by seq), or None.
+
+    ``hashes_at`` maps seq → hash for (at least) every checkpointed seq the chain
+    reaches; ``last_seq`` is where the chain ends. A checkpoint whose signature
+    does not verify with ``public_key`` is itself a problem: it was not made by
+    the checkpoint key.
+    """
+    trusted_key_id = key_id_for(public_key)
+    for checkpoint in sorted(checkpoints, key=lambda c: int(c["seq"])):
+        seq = int(checkpoint["seq"])
+        signed = statement(checkpoint["tenant"], seq, checkpoint["hash"], checkpoint["at"])
+        if checkpoint.get("key_id") != trusted_key_id or not verify(
+            public_key, canonical_json(signed), str(checkpoint.get("signature", ""))
+        ):
+            return CheckpointProblem(
+                seq, f"checkpoint at seq {seq} is not signed by the checkpoint key"
+            )
+        if seq > last_seq:
+            return CheckpointProblem(
+                last_seq + 1,
+                f"the chain ends at seq {last_seq} but was checkpointed at seq {seq}: truncated",
+            )
+        if hashes_at.get(seq) != checkpoint["hash"]:
+            return CheckpointProblem(
+                seq,
+                f"the event at seq {seq} differs from its checkpoint: history rewritten "
+                f"at or before seq {seq}",
+            )
+    return None

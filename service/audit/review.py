@@ -1,0 +1,98 @@
+"""What auditors read: filtered pages of events, full exports, verification, checkpoints."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Iterator
+
+from sqlalchemy import Engine
+from sqlmodel import Session
+
+from service.audit import actions, checkpoints, repository
+from service.audit.schemas import MAX_PAGE, CheckpointList, EventFilter, EventPage, EventView
+from service.audit.verification import Verification
+from service.config import Settings
+from service.db import read_scope
+from service.errors import invalid_argument
+from service.principal import Principal, Role
+from service.signing import key_id_for
+
+
+def list_events(
+    session: Session,
+    principal: Principal,
+    filters: EventFilter,
+    *,
+    cursor: str | None,
+    limit: int,
+) -> EventPage:
+    principal.require(Role.AUDITOR)
+    limit = max(1, min(limit, MAX_PAGE))
+    after = decode_cursor(cursor) if cursor else 0
+    rows = repository.page(session, principal.tenant, filters, after_seq=after, limit=limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return EventPage(
+        events=[EventView.of(event) for event in rows],
+        next_cursor=encode_cursor(rows[-1].seq) if more else None,
+    )
+
+
+def export_lines(engine: Engine, tenant: str, filters: EventFilter) -> Iterator[str]:
+    """NDJSON, one event per line, oldest first, in one consistent snapshot, constant memory.
+
+    Call only after the caller's right to export was checked (``authorize_export``).
+    """
+    with read_scope(engine) as session:
+        for event in repository.stream(session, tenant, filters):
+            yield EventView.of(event).model_dump_json() + "\n"
+
+
+def authorize_export(session: Session, principal: Principal, filters: EventFilter) -> None:
+    """Check the right to export and leave a trace that an export happened."""
+    principal.require(Role.AUDITOR)
+    actions.record(
+        session,
+        tenant=principal.tenant,
+        actor=principal.actor,
+        type="audit.exported",
+        data={"filters": filters.active()},
+    )
+
+
+def verify(session: Session, principal: Principal, settings: Settings) -> Verification:
+    """Verify the caller's tenant; pass a ``read_scope`` session (one snapshot)."""
+    principal.require(Role.AUDITOR)
+    return actions.verify(
+        session, principal.tenant, checkpoint_public_key=checkpoints.trusted_public_key(settings)
+    )
+
+
+def list_checkpoints(session: Session, principal: Principal, settings: Settings) -> CheckpointList:
+    principal.require(Role.AUDITOR)
+    public_key = checkpoints.trusted_public_key(settings)
+    return CheckpointList(
+        tenant=principal.tenant,
+        public_key=public_key,
+        key_id=key_id_for(public_key) if public_key else None,
+        checkpoints=[
+            checkpoints.as_dict(c) for c in checkpoints.for_tenant(session, principal.tenant)
+        ],
+    )
+
+
+def encode_cursor(seq: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"after": seq}).encode()).rstrip(b"=").decode()
+
+
+def decode_cursor(cursor: str) -> int:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        after = json.loads(raw)["after"]
+    except (ValueError, TypeError, KeyError, binascii.Error):
+        raise invalid_argument("The cursor is not one this API returned.") from None
+    if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+        raise invalid_argument("The cursor is not one this API returned.")
+    return after

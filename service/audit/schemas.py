@@ -1,0 +1,98 @@
+"""How auditors see the log: events, filters, pages, checkpoints, traces."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from service.audit.models import AuditEvent
+
+MAX_PAGE = 500
+
+
+class EventView(BaseModel):
+    """An event exactly as hashed (plus nothing): what exports contain, line by line."""
+
+    seq: int
+    at: str = Field(description="RFC 3339 UTC with microseconds, exactly as hashed.")
+    tenant: str
+    actor: str
+    type: str
+    draft_id: str | None
+    execution_id: str | None
+    trace_id: str | None
+    data: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+    @classmethod
+    def of(cls, event: AuditEvent) -> EventView:
+        from service.audit.chain import hash_body
+
+        return cls(**hash_body(event), hash=event.hash)
+
+
+class EventFilter(BaseModel):
+    """Filters shared by the events query and the export."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: str | None = Field(default=None, max_length=64)
+    actor: str | None = Field(default=None, max_length=200)
+    draft_id: str | None = Field(default=None, max_length=64)
+    execution_id: str | None = Field(default=None, max_length=64)
+    trace_id: str | None = Field(default=None, max_length=32)
+    since: datetime | None = None
+    until: datetime | None = None
+
+    @field_validator("since", "until")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("give a timezone (RFC 3339), e.g. 2026-11-30T10:00:00Z")
+        return value
+
+    def active(self) -> dict[str, Any]:
+        return {
+            k: (v.isoformat() if isinstance(v, datetime) else v)
+            for k, v in self.model_dump().items()
+            if v is not None
+        }
+
+
+class EventPage(BaseModel):
+    events: list[EventView]
+    next_cursor: str | None = Field(
+        description="Opaque; pass it back to continue after the last event of this page. "
+        "Stable while new events are appended."
+    )
+
+
+class CheckpointList(BaseModel):
+    tenant: str
+    public_key: str | None = Field(description="The checkpoint key's public half (pin it).")
+    key_id: str | None
+    checkpoints: list[dict[str, Any]]
+
+
+class TraceStep(BaseModel):
+    seq: int
+    at: str
+    type: str
+    actor: str
+    draft_id: str | None
+    execution_id: str | None
+    summary: str
+    data: dict[str, Any]
+
+
+class TraceView(BaseModel):
+    trace_id: str
+    drafts: list[dict[str, Any]]
+    steps: list[TraceStep]
+    diagnosis: str = Field(
+        description="Where this interaction ended: success, or the first failure's kind "
+        "(tool choice, arguments, business rule, timeout, human decision, downstream system)."
+    )

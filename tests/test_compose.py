@@ -1,0 +1,283 @@
+"""compose.yaml is correct by construction: validated, not run (no Docker engine here).
+
+It must satisfy the Compose specification, name only services that exist, run only real
+``draftgate`` commands, and set only environment variables that ``Settings`` reads.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer.main
+import yaml
+from compose_spec.compose_spec import PyCompose as _PyCompose
+from starlette.testclient import TestClient
+
+from service.cli import app as cli_app
+from service.config import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = ROOT / "compose.yaml"
+DOCKERFILE = ROOT / "Dockerfile"
+DRAFTGATE = Path(sys.executable).parent / "draftgate"
+REQUIRED_SERVICES = {"postgres", "redis", "migrate", "api", "mcp"}
+VARIABLE = re.compile(r"\$\{(?P<name>[A-Z0-9_]+)(?::?-(?P<default>[^}]*))?\}")
+
+
+def load_compose() -> dict[str, Any]:
+    # safe_load resolves the YAML anchors and merge keys (<<) the validator does not know.
+    data: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
+    return data
+
+
+def validate(data: dict[str, Any]) -> None:
+    """The Compose specification's own validator (raises ValueError on a violation)."""
+    _PyCompose.from_json(json.dumps(data)).validate()
+
+
+def dependency_problems(data: dict[str, Any]) -> list[str]:
+    services = data["services"]
+    problems = []
+    for name, service in services.items():
+        depends_on = service.get("depends_on", {})
+        targets = depends_on if isinstance(depends_on, list) else list(depends_on)
+        problems += [f"{name} depends on unknown {t}" for t in targets if t not in services]
+    return problems
+
+
+def draftgate_services(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Services running the draftgate image (the ones whose command goes to the CLI)."""
+    return {
+        name: service
+        for name, service in data["services"].items()
+        if service.get("image") == "draftgate:local" or service.get("build") == "."
+    }
+
+
+def environment_of(service: dict[str, Any]) -> dict[str, str]:
+    environment = service.get("environment", {})
+    if isinstance(environment, list):
+        return dict(item.split("=", 1) for item in environment)
+    return {key: str(value) for key, value in environment.items()}
+
+
+def interpolate(value: str) -> str:
+    """Compose variable interpolation with nothing set: every ``${VAR:-default}`` -> default."""
+    return VARIABLE.sub(lambda match: match.group("default") or "", value)
+
+
+def resolve_cli_command(argv: list[str]) -> Any:
+    """The leaf CLI command ``argv`` runs; its options are parsed and converted (not run).
+
+    Typer vendors its own click, so groups are recognised by what they can do.
+    """
+    command: Any = typer.main.get_command(cli_app)
+    context = typer.Context(command, info_name="draftgate")
+    args = list(argv)
+    while hasattr(command, "get_command"):
+        assert args, f"{argv} names a command group, not a command"
+        assert not args[0].startswith("-"), f"{argv}: expected a subcommand, found {args[0]}"
+        name = args.pop(0)
+        subcommand = command.get_command(context, name)
+        assert subcommand is not None, f"{argv}: draftgate has no command {name!r}"
+        command = subcommand
+        context = typer.Context(subcommand, info_name=name, parent=context)
+    command.make_context(context.info_name, args, parent=context.parent)  # raises on bad options
+    return command
+
+
+# --- the file as a whole ---------------------------------------------------------------------
+
+
+def test_compose_is_valid_by_the_compose_specification():
+    data = load_compose()
+
+    validate(data)
+
+    api = data["services"]["api"]
+    assert api["image"] == "draftgate:local", "the x-draftgate merge key was not resolved"
+
+
+def test_the_validator_catches_a_misspelled_key():
+    data = load_compose()
+    broken = copy.deepcopy(data)
+    broken["services"]["api"]["comand"] = broken["services"]["api"].pop("command")
+
+    with pytest.raises(ValueError, match="comand"):
+        validate(broken)
+
+
+def test_the_validator_catches_a_wrongly_typed_value():
+    broken = copy.deepcopy(load_compose())
+    broken["services"]["api"]["ports"] = "8000:8000"  # must be a list
+
+    with pytest.raises(ValueError):  # noqa: PT011 - the message is the validator's own
+        validate(broken)
+
+
+def test_the_production_services_are_defined():
+    assert set(load_compose()["services"]) >= REQUIRED_SERVICES
+
+
+def test_the_worker_and_beat_the_design_names_are_defined():
+    # DESIGN.md §10: compose.yaml has postgres, redis, migrate, api, mcp, worker, beat.
+    services = load_compose()["services"]
+
+    assert {"worker", "beat"} <= set(services), f"compose.yaml defines only {sorted(services)}"
+    for name in ("worker", "beat"):
+        assert services[name]["command"][:2] == ["serve", name]
+
+
+def test_every_dependency_exists():
+    data = load_compose()
+
+    assert dependency_problems(data) == []
+    assert data["services"]["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    for name in ("api", "mcp"):
+        depends_on = data["services"][name]["depends_on"]
+        assert depends_on["migrate"]["condition"] == "service_completed_successfully"
+
+
+def test_the_dependency_check_catches_an_unknown_service():
+    broken = copy.deepcopy(load_compose())
+    broken["services"]["api"]["depends_on"]["postgress"] = {"condition": "service_healthy"}
+
+    assert dependency_problems(broken) == ["api depends on unknown postgress"]
+
+
+# --- commands ---------------------------------------------------------------------------------
+
+
+def test_every_draftgate_service_runs_a_real_cli_command():
+    services = draftgate_services(load_compose())
+    assert {"migrate", "api", "mcp"} <= set(services)
+
+    for name, service in services.items():
+        command = service["command"]
+        assert isinstance(command, list), f"{name}: use the exec form, a list"
+        leaf = resolve_cli_command(command)
+        assert leaf.callback is not None, name
+
+
+@pytest.mark.slow
+def test_every_draftgate_service_command_answers_help_as_a_subprocess():
+    for name, service in draftgate_services(load_compose()).items():
+        result = subprocess.run(
+            [str(DRAFTGATE), *service["command"], "--help"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert result.returncode == 0, f"{name}: {result.stderr}"
+        assert "Usage: draftgate" in result.stdout
+
+
+def test_the_command_check_catches_a_command_that_does_not_exist():
+    with pytest.raises(AssertionError, match="no command 'apii'"):
+        resolve_cli_command(["serve", "apii", "--port", "8000"])
+    with pytest.raises(Exception, match="No such option"):
+        resolve_cli_command(["serve", "api", "--prot", "8000"])
+    with pytest.raises(typer.BadParameter):
+        resolve_cli_command(["serve", "api", "--port", "eighty"])
+    with pytest.raises(AssertionError, match="command group"):
+        resolve_cli_command(["serve"])
+
+
+def test_published_ports_and_healthchecks_match_the_commands(tmp_path):
+    from mcp_adapter.server import create_http_app
+    from service.api.app import create_app
+    from service.runtime import build_runtime
+
+    services = load_compose()["services"]
+    runtime = build_runtime(
+        Settings(state_dir=tmp_path, database_url=f"sqlite:///{tmp_path / 'x.db'}")
+    )
+    apps = {"api": create_app(runtime), "mcp": create_http_app(runtime)}
+    try:
+        for name, app in apps.items():
+            command = services[name]["command"]
+            port = command[command.index("--port") + 1]
+            assert command[command.index("--host") + 1] == "0.0.0.0"
+            assert services[name]["ports"] == [f"{port}:{port}"]
+            probe = " ".join(services[name]["healthcheck"]["test"])
+            url = re.search(r"http://127\.0\.0\.1:(\d+)(/\w+)", probe)
+            assert url is not None, probe
+            assert url.group(1) == port
+            response = TestClient(app).get(url.group(2))
+            assert response.status_code != 404, f"{name} has no {url.group(2)}"
+    finally:
+        runtime.engine.dispose()
+
+
+# --- environment ---------------------------------------------------------------------------------
+
+
+def test_every_draftgate_variable_is_a_setting(monkeypatch):
+    fields = set(Settings.model_fields)
+    seen: dict[str, str] = {}
+    for name, service in load_compose()["services"].items():
+        for key, value in environment_of(service).items():
+            if key.startswith("DRAFTGATE_"):
+                assert key.removeprefix("DRAFTGATE_").lower() in fields, f"{name}: {key}"
+                seen[key] = interpolate(value)
+    assert "DRAFTGATE_DATABASE_URL" in seen
+    assert "DRAFTGATE_BROKER_URL" in seen
+
+    for key in [k for k in os.environ if k.startswith("DRAFTGATE_")]:
+        monkeypatch.delenv(key)
+    for key, value in seen.items():
+        monkeypatch.setenv(key, value)
+    settings = Settings()  # every value also parses
+
+    assert settings.database_url.startswith("postgresql+psycopg://draftgate:draftgate@postgres")
+    assert settings.broker_url == "redis://redis:6379/0"
+    assert "mcp:*" in settings.mcp_allowed_hosts
+
+
+def test_the_database_services_agree_on_credentials():
+    services = load_compose()["services"]
+    postgres = {k: interpolate(v) for k, v in environment_of(services["postgres"]).items()}
+    url = interpolate(environment_of(services["api"])["DRAFTGATE_DATABASE_URL"])
+
+    expected = (
+        f"postgresql+psycopg://{postgres['POSTGRES_USER']}:{postgres['POSTGRES_PASSWORD']}"
+        f"@postgres:5432/{postgres['POSTGRES_DB']}"
+    )
+    assert url == expected
+
+
+# --- the image -----------------------------------------------------------------------------------
+
+
+def dockerfile_instruction(name: str) -> str:
+    lines = [line for line in DOCKERFILE.read_text().splitlines() if line.startswith(name + " ")]
+    assert len(lines) == 1, f"expected one {name} in the Dockerfile"
+    return lines[0].removeprefix(name + " ")
+
+
+def test_the_image_entrypoint_is_draftgate():
+    assert json.loads(dockerfile_instruction("ENTRYPOINT")) == ["draftgate"]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["scripts"]["draftgate"] == "service.cli:main"
+
+
+def test_the_image_contains_every_package_of_the_project():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = project["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
+    copied = {
+        line.split()[1]
+        for line in DOCKERFILE.read_text().splitlines()
+        if line.startswith("COPY ") and len(line.split()) == 3
+    }
+
+    assert set(packages) <= copied
