@@ -64,7 +64,7 @@ class Settings(BaseSettings):
     execution_lease_seconds: int = Field(default=120, ge=1)
     # Redis redelivers an unacknowledged task after this long (must exceed the longest
     # task run, and every retry countdown, so a live task is never delivered twice).
-    broker_visibility_timeout_seconds: int = Field(default=3_600, ge=1)
+    broker_visibility_timeout_seconds: int = Field(default=900, ge=1)
     # The sweeper: how often it runs, and how old an unpublished outbox row or a
     # stalled execution must be before it re-publishes it.
     sweep_interval_seconds: float = Field(default=30.0, gt=0)

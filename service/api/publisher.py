@@ -14,7 +14,15 @@ RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "in
 
 def celery_publisher(settings: Settings) -> Publisher:
     client = Celery("draftgate-api", set_as_current=False)
-    client.conf.update(celery_config(settings))
+    config = celery_config(settings)
+    if not config["broker_url"].startswith("sqla+"):
+        # A broker that accepts connections but never answers must not hang a request.
+        config["broker_transport_options"] = {
+            **config["broker_transport_options"],
+            "socket_connect_timeout": 2,
+            "socket_timeout": 5,
+        }
+    client.conf.update(config)
 
     def publish(task: str, args: list[str]) -> None:
         client.send_task(task, args=args, retry=True, retry_policy=RETRY_POLICY)

@@ -78,13 +78,13 @@ def serve_worker(
     """The Celery worker that executes approved drafts."""
     from workers.app import celery_app
 
-    args = [
-        "worker",
-        f"--loglevel={loglevel}",
-        f"--concurrency={concurrency}",
-        "--without-gossip",
-        "--without-mingle",
-    ]
+    args = ["worker", f"--loglevel={loglevel}", "--without-gossip", "--without-mingle"]
+    if get_settings().resolved_broker_url().startswith("sqla+"):
+        # kombu's SQLAlchemy transport misbehaves under prefork (a lost child takes the
+        # worker down, group signals can hang it): the embedded broker runs one solo worker.
+        args.append("--pool=solo")
+    else:
+        args.append(f"--concurrency={concurrency}")
     if hostname:
         args.append(f"--hostname={hostname}")
     celery_app.worker_main(args)

@@ -48,8 +48,10 @@ class WorkerProcess:
         self.process.wait(timeout=30)
 
     def stop(self) -> None:
+        """Warm shutdown, signalled to the main process only (as `docker stop` does): a
+        signal to the whole group would kill running tasks."""
         if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
