@@ -86,9 +86,10 @@ def append_recorded(session: Session) -> None:
         by_tenant.setdefault(event.tenant, []).append(event)
     for tenant in sorted(by_tenant):  # a fixed lock order across tenants
         head = _lock_head(session, tenant)
-        # ``at`` is the moment of joining the chain, taken under the head lock, so
-        # time and seq order agree: a time range is a contiguous run of seqs.
-        at = utcnow()
+        # ``at`` is the moment of joining the chain, taken under the head lock and never
+        # before the previous event's, so time and seq order agree: a time range is a
+        # contiguous run of seqs, even across servers whose clocks disagree a little.
+        at = max(utcnow(), head.at) if head.at is not None else utcnow()
         for recorded in by_tenant[tenant]:
             row = AuditEvent(
                 tenant=tenant,
@@ -105,7 +106,7 @@ def append_recorded(session: Session) -> None:
             )
             row.hash = event_hash(row)
             session.add(row)
-            head.seq, head.hash = row.seq, row.hash
+            head.seq, head.hash, head.at = row.seq, row.hash, at
         session.add(head)
     session.flush()
 

@@ -20,7 +20,7 @@ class AuditEvent(SQLModel, table=True):
         Index("ix_audit_events_tenant_draft_seq", "tenant", "draft_id", "seq"),
         Index("ix_audit_events_tenant_execution_seq", "tenant", "execution_id", "seq"),
         Index("ix_audit_events_tenant_trace_seq", "tenant", "trace_id", "seq"),
-        Index("ix_audit_events_tenant_at", "tenant", "at"),
+        Index("ix_audit_events_tenant_at_seq", "tenant", "at", "seq"),
     )
 
     id: int | None = Field(default=None, sa_column=Column(BigInt, primary_key=True))
@@ -45,6 +45,8 @@ class AuditHead(SQLModel, table=True):
     tenant: str = Field(primary_key=True, max_length=64)
     seq: int = Field(default=0, sa_column=Column(BigInt, nullable=False))
     hash: str = Field(max_length=64)
+    # The last event's ``at``: the next one is never earlier, whatever the clocks say.
+    at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime()))
 
 
 class AuditCheckpoint(SQLModel, table=True):

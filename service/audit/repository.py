@@ -47,13 +47,35 @@ def page(
 ) -> list[AuditEvent]:
     """Matching events with seq > after_seq, oldest first. Appends only ever add higher seqs,
     so a seq cursor neither skips nor repeats while the log grows."""
-    statement = (
-        _filtered(tenant, filters)
-        .where(col(AuditEvent.seq) > after_seq)
-        .order_by(col(AuditEvent.seq))
-        .limit(limit)
-    )
+    statement = _filtered(tenant, filters).where(col(AuditEvent.seq) > after_seq)
+    if filters.since is not None or filters.until is not None:
+        first, last = _seq_range(session, tenant, filters)
+        statement = statement.where(col(AuditEvent.seq).between(first, last))
+    statement = statement.order_by(col(AuditEvent.seq)).limit(limit)
     return list(session.exec(statement).all())
+
+
+def _seq_range(session: Session, tenant: str, filters: EventFilter) -> tuple[int, int]:
+    """The seqs a time window covers. ``at`` never decreases along the chain, so the window
+    is one contiguous run, found with two index seeks instead of a scan."""
+    first, last = 1, 2**62
+    if filters.since is not None:
+        found = session.exec(
+            select(AuditEvent.seq)
+            .where(col(AuditEvent.tenant) == tenant, col(AuditEvent.at) >= filters.since)
+            .order_by(col(AuditEvent.at), col(AuditEvent.seq))
+            .limit(1)
+        ).first()
+        first = found if found is not None else last
+    if filters.until is not None:
+        found = session.exec(
+            select(AuditEvent.seq)
+            .where(col(AuditEvent.tenant) == tenant, col(AuditEvent.at) < filters.until)
+            .order_by(col(AuditEvent.at).desc(), col(AuditEvent.seq).desc())
+            .limit(1)
+        ).first()
+        last = found if found is not None else 0
+    return first, last
 
 
 def stream(session: Session, tenant: str, filters: EventFilter) -> Generator[AuditEvent]:
