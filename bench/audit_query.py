@@ -9,7 +9,6 @@ import argparse
 import json
 import secrets
 import statistics
-import sys
 import tempfile
 import time
 import tracemalloc
@@ -18,23 +17,27 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
+from sqlalchemy import insert
+
+from service.audit import repository, review
+from service.audit.chain import GENESIS_HASH, event_hash
+from service.audit.models import AuditEvent, AuditHead
+from service.audit.schemas import EventFilter
+from service.db import make_engine, read_scope, session_scope
+from service.migrate import upgrade
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import psycopg  # noqa: E402
-from sqlalchemy import insert  # noqa: E402
-
-from service.audit import review  # noqa: E402
-from service.audit.chain import GENESIS_HASH, event_hash  # noqa: E402
-from service.audit.models import AuditEvent, AuditHead  # noqa: E402
-from service.audit.schemas import EventFilter  # noqa: E402
-from service.db import make_engine, read_scope, session_scope  # noqa: E402
-from service.migrate import upgrade  # noqa: E402
-from service.audit import repository  # noqa: E402
-
 TENANT = "bench"
-TYPES = ["tool.called", "tool.called", "tool.called", "tool.refused", "draft.proposed",
-         "approval.approved", "execution.succeeded"]
+TYPES = [
+    "tool.called",
+    "tool.called",
+    "tool.called",
+    "tool.refused",
+    "draft.proposed",
+    "approval.approved",
+    "execution.succeeded",
+]
 ACTORS = ["agent:bot-1", "agent:bot-2", "approver:alice", "approver:bob", "system:worker"]
 BATCH = 5_000
 REPEATS = 7
@@ -48,10 +51,16 @@ def build(engine: Any, count: int) -> dict[str, Any]:
         for seq in range(1, count + 1):
             draft_id = f"dft_{seq // 7:032x}"
             body = {
-                "seq": seq, "at": start + timedelta(milliseconds=seq), "tenant": TENANT,
-                "actor": ACTORS[seq % len(ACTORS)], "type": TYPES[seq % len(TYPES)],
-                "draft_id": draft_id, "execution_id": None, "trace_id": f"{seq // 11:032x}",
-                "data": {"tool": "get_order", "latency_us": seq % 997}, "prev_hash": previous,
+                "seq": seq,
+                "at": start + timedelta(milliseconds=seq),
+                "tenant": TENANT,
+                "actor": ACTORS[seq % len(ACTORS)],
+                "type": TYPES[seq % len(TYPES)],
+                "draft_id": draft_id,
+                "execution_id": None,
+                "trace_id": f"{seq // 11:032x}",
+                "data": {"tool": "get_order", "latency_us": seq % 997},
+                "prev_hash": previous,
             }
             body["hash"] = event_hash(body)
             previous = body["hash"]
@@ -92,8 +101,9 @@ def measure(engine: Any, count: int, probes: dict[str, Any]) -> dict[str, float]
                 lambda f=filters: repository.page(session, TENANT, f, after_seq=0, limit=100)
             )
         results["page: type, deep cursor"] = timed(
-            lambda: repository.page(session, TENANT, windows["type"], after_seq=deep_cursor,
-                                    limit=100)
+            lambda: repository.page(
+                session, TENANT, windows["type"], after_seq=deep_cursor, limit=100
+            )
         )
     tracemalloc.start()
     lines = sum(1 for _ in review.export_lines(engine, TENANT, EventFilter()))
@@ -133,7 +143,9 @@ def main() -> None:
                 engine = make_engine(url)
                 started = time.perf_counter()
                 probes = build(engine, count)
-                print(f"built {count:,} events in {time.perf_counter() - started:.0f} s", flush=True)
+                print(
+                    f"built {count:,} events in {time.perf_counter() - started:.0f} s", flush=True
+                )
                 report["sizes"][count] = measure(engine, count, probes)
                 engine.dispose()
             finally:
@@ -143,8 +155,10 @@ def main() -> None:
     for name in base:
         unit = "" if "MiB" in name else " ms"
         scale = 1 if "MiB" in name else 1000
-        print(f"{name:<28}{base[name] * scale:>11.2f}{unit:<3}{big[name] * scale:>11.2f}{unit:<3}"
-              f"{big[name] / base[name]:>9.2f}x")
+        print(
+            f"{name:<28}{base[name] * scale:>11.2f}{unit:<3}{big[name] * scale:>11.2f}{unit:<3}"
+            f"{big[name] / base[name]:>9.2f}x"
+        )
     report["ratios"] = {name: big[name] / base[name] for name in base}
     out = ROOT / "bench" / "results" / f"audit_query-{args.database}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
