@@ -27,7 +27,10 @@ def b64url_decode(text: str) -> bytes:
     """Strict base64url without padding; raises ValueError on anything else."""
     if "=" in text or any(c not in _B64URL_ALPHABET for c in text):
         raise ValueError("not base64url without padding")
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    decoded = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if b64url(decoded) != text:  # one spelling per value: no stray bits in the last character
+        raise ValueError("not the canonical base64url spelling")
+    return decoded
 
 
 _B64URL_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")

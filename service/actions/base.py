@@ -84,6 +84,14 @@ class ReadAction(Action):
 
 
 class WriteAction(Action):
+    def amount_of(self, params: Any) -> Money | None:
+        """The money a change moves, read from the params approvers sign (for policies).
+
+        By default the ``amount`` field when it is Money; override for other shapes.
+        """
+        amount = getattr(params, "amount", None)
+        return amount if isinstance(amount, Money) else None
+
     @abstractmethod
     def validate(self, ctx: ActionContext, params: Any) -> Preview:
         """Check the business rules against current state and describe the change."""

@@ -43,7 +43,10 @@ def get_principal(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     """The caller, from the bearer token only; a refusal is audited in its own transaction."""
-    presented = credentials.credentials if credentials else None
+    return authenticate(runtime, credentials.credentials if credentials else None, trace_id)
+
+
+def authenticate(runtime: Runtime, presented: str | None, trace_id: str) -> Principal:
     return run_unit(
         runtime.engine,
         lambda session: tokens.authenticate(session, presented),

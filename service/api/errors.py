@@ -7,8 +7,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 
+from service.audit import actions as audit
+from service.db import session_scope
 from service.errors import Category, DomainError, invalid_argument
+from service.tracing import trace_id_from
+from service.validation import MAX_LOCATION
 
 PROBLEM_JSON = "application/problem+json"
 
@@ -46,15 +51,48 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_validation_error(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, RequestValidationError)
         problems = [
-            f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}"
+            f"{'.'.join(str(part) for part in item['loc'])[:MAX_LOCATION]}: {item['msg']}"
             for item in error.errors()
         ]
-        return problem_response(
-            invalid_argument(
-                "Invalid request: " + "; ".join(problems), details={"problems": problems}
-            ),
-            instance=request.url.path,
+        refusal = invalid_argument(
+            "Invalid request: " + "; ".join(problems), details={"problems": problems}
         )
+        # FastAPI parses before dependencies run, so authentication and the audit record
+        # happen here: a bad token still answers 401, and every refusal is an event.
+        outcome = await run_in_threadpool(_audit_invalid_request, request, refusal)
+        return problem_response(outcome, instance=request.url.path)
 
     app.add_exception_handler(DomainError, on_domain_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
+
+
+def _audit_invalid_request(request: Request, refusal: DomainError) -> DomainError:
+    from service.api.deps import authenticate
+
+    runtime = request.app.state.runtime
+    trace_id = trace_id_from(request.headers.get("traceparent"))
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    presented = credentials.strip() if scheme.lower() == "bearer" else None
+    try:
+        principal = authenticate(runtime, presented, trace_id)
+    except DomainError as unauthenticated:
+        return unauthenticated
+    # Routes are named after the operation their refusals are audited as ("approval", …).
+    operation = getattr(request.scope.get("route"), "name", None) or "request"
+    with session_scope(runtime.engine) as session:
+        audit.record_refusal(
+            session,
+            tenant=principal.tenant,
+            actor=principal.actor,
+            operation=operation,
+            draft_id=_bounded(request.path_params.get("draft_id")),
+            execution_id=_bounded(request.path_params.get("execution_id")),
+            error=refusal,
+            trace_id=trace_id,
+            data={"method": request.method, "path": request.url.path[:200]},
+        )
+    return refusal
+
+
+def _bounded(value: object) -> str | None:
+    return str(value)[:64] if value is not None else None

@@ -8,11 +8,13 @@ worker runs the same check before it executes anything.
 
 from __future__ import annotations
 
+import json
 import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from pydantic import ValidationError
 from sqlmodel import Session
 
 from service.approvals import repository
@@ -32,10 +34,9 @@ from service.drafts.models import Draft, DraftStatus
 from service.errors import Category, DomainError
 from service.keys import repository as keys_repository
 from service.keys.models import ApproverKey
-from service.money import Money
 from service.policies.actions import resolve
-from service.policies.schemas import PolicyConfig
 from service.principal import Principal, Role
+from service.runtime import Runtime
 from service.signing import verify
 from service.sql import rfc3339_seconds
 
@@ -69,10 +70,9 @@ def submit(
     session: Session,
     principal: Principal,
     *,
+    runtime: Runtime,
     draft_id: str,
     request: ApprovalRequest,
-    policies: dict[str, PolicyConfig],
-    clock_skew_seconds: int,
     now: datetime,
     trace_id: str | None = None,
 ) -> Draft:
@@ -108,7 +108,7 @@ def submit(
         raise draft_unavailable()
     _check_draft_state(session, draft, statement, now=now)
     _check_binding(draft, statement)
-    _check_freshness(statement, now=now, skew_seconds=clock_skew_seconds)
+    _check_freshness(statement, now=now, skew_seconds=runtime.settings.approval_clock_skew_seconds)
     if principal.subject in {draft.proposed_by, draft.on_behalf_of}:
         raise _refused(
             "SELF_APPROVAL",
@@ -167,7 +167,7 @@ def submit(
             trace_id=trace_id,
         )
         return draft
-    quorum = check_quorum(session, draft, policies=policies)
+    quorum = check_quorum(session, draft, runtime)
     if quorum.met:
         _set_status(
             session,
@@ -195,24 +195,27 @@ class Quorum:
         return not self.rejected_by and len(self.approvers) >= self.required
 
 
-def check_quorum(session: Session, draft: Draft, *, policies: dict[str, PolicyConfig]) -> Quorum:
+def check_quorum(session: Session, draft: Draft, runtime: Runtime) -> Quorum:
     """Count only approvals whose signatures verify against the draft as stored now.
 
     The number required is the larger of what the draft records and what the
-    configured policy demands today, so an edited ``approvals_required`` cannot
-    lower the bar.
+    configured policy demands today for the amount in the *signed* params (never
+    the unsigned amount columns), so no edited column can lower the bar.
     """
-    amount = (
-        Money(amount_minor=draft.amount_minor, currency=draft.currency)
-        if (draft.amount_minor is not None and draft.currency)
-        else None
+    action = runtime.registry.write(draft.action)
+    if action is None:
+        return Quorum(required=1, problems=[f"the action {draft.action} is not registered"])
+    try:
+        signed = action.Input.model_validate_json(json.dumps(draft.params))
+    except ValidationError:
+        return Quorum(required=1, problems=["the stored params are not valid for the action"])
+    policy = resolve(
+        runtime.policies,
+        draft.action,
+        amount=action.amount_of(signed),
+        default_ttl_seconds=runtime.settings.default_draft_ttl_seconds,
     )
-    # The policy is looked up by the action, never by anything stored on the draft.
-    required = max(
-        draft.approvals_required,
-        resolve(policies, draft.action, amount=amount, default_ttl_seconds=60).approvals_required,
-        1,
-    )
+    required = max(draft.approvals_required, policy.approvals_required, 1)
     digest = params_sha256(draft.params)
     approvers: set[str] = set()
     rejected_by: list[str] = []

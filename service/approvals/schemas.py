@@ -6,7 +6,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from service.validation import StrictInput
 
@@ -36,6 +36,15 @@ class ApprovalStatement(StrictInput):
         pattern=ISSUED_AT_PATTERN, description='RFC 3339 UTC with "Z", e.g. 2026-11-29T10:00:00Z.'
     )
     reason: str | None = Field(default=None, min_length=1, max_length=2000)
+
+    @field_validator("issued_at")
+    @classmethod
+    def _real_moment(cls, value: str) -> str:
+        try:
+            datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"{value} is not a real moment in time") from None
+        return value
 
     @model_validator(mode="after")
     def _reason_iff_reject(self) -> ApprovalStatement:

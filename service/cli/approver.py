@@ -24,15 +24,8 @@ executions_app = typer.Typer(help="Inspect executions.", no_args_is_help=True)
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 KeyOption = Annotated[Path, typer.Option("--key", help="Your Ed25519 private key (PKCS#8 PEM).")]
-BOUND_FIELDS = (
-    "tenant",
-    "draft_id",
-    "revision",
-    "action",
-    "contract_version",
-    "params_sha256",
-    "approver",
-)
+# What the signature binds and we can check ourselves (the approver is who the token is).
+BOUND_FIELDS = ("tenant", "draft_id", "revision", "action", "contract_version", "params_sha256")
 
 
 @drafts_app.command("list")
@@ -174,6 +167,11 @@ def _decide(
     except (OSError, ValueError) as exc:
         fail(f"cannot use {key_file}: {exc}")
     draft = checked_call(lambda: api.get(f"/v1/drafts/{draft_id}"))
+    if draft.get("draft_id") != draft_id:
+        fail(
+            f"refusing to sign: asked for draft_id {draft_id}, the server answered with "
+            f"draft_id {draft.get('draft_id')}"
+        )
     _render(draft)
     offered = draft.get("statement_to_sign")
     if not offered:

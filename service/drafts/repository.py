@@ -71,14 +71,16 @@ def repoint_idempotency_key(session: Session, key: IdempotencyKey, draft_id: str
     session.add(claim)
 
 
-def open_past_expiry(session: Session, now: datetime, *, limit: int = 500) -> list[Draft]:
-    """Open drafts whose ``expires_at`` has passed (for the sweeper to mark expired)."""
-    statement = (
-        select(Draft)
-        .where(col(Draft.status).in_(["proposed", "approved"]), col(Draft.expires_at) <= now)
-        .order_by(col(Draft.expires_at))
-        .limit(limit)
+def open_past_expiry(
+    session: Session, now: datetime, *, tenant: str | None = None, limit: int = 500
+) -> list[Draft]:
+    """Open drafts whose ``expires_at`` has passed (to be marked expired)."""
+    statement = select(Draft).where(
+        col(Draft.status).in_(["proposed", "approved"]), col(Draft.expires_at) <= now
     )
+    if tenant is not None:
+        statement = statement.where(col(Draft.tenant) == tenant)
+    statement = statement.order_by(col(Draft.expires_at)).limit(limit)
     return list(session.exec(statement).all())
 
 

@@ -41,9 +41,13 @@ def list_drafts(
     action: str | None = None,
     cursor: str | None = None,
     limit: int = 20,
+    now: datetime,
 ) -> DraftPage:
     principal.require(Role.APPROVER, Role.AUDITOR)
     limit = max(1, min(limit, MAX_PAGE))
+    # Expiry is enforced on every read: nothing past its time is listed as still open.
+    for draft in repository.open_past_expiry(session, now, tenant=principal.tenant):
+        expire_if_due(session, draft, now=now)
     rows = repository.page(
         session,
         principal.tenant,
@@ -158,6 +162,9 @@ def _decode(cursor: str) -> tuple[datetime, str]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         created_at, draft_id = json.loads(raw)
-        return datetime.fromisoformat(created_at), str(draft_id)
+        moment = datetime.fromisoformat(created_at)
     except (ValueError, TypeError, binascii.Error):
         raise invalid_argument("The cursor is not one this API returned.") from None
+    if moment.tzinfo is None:
+        raise invalid_argument("The cursor is not one this API returned.")
+    return moment, str(draft_id)

@@ -107,7 +107,8 @@ def _advice(
             return (f"Done: {done}.", "Tell the user the request has been completed.")
         case DraftStatus.FAILED:
             return (
-                f"The approved request could not be carried out: {draft.status_reason}.",
+                "The approved request could not be carried out: "
+                f"{(draft.status_reason or 'unknown reason').rstrip('.')}.",
                 "Tell the user it could not be completed and why. Do not re-propose it "
                 "unless the reason has been resolved.",
             )
@@ -121,7 +122,8 @@ def _advice(
             )
         case DraftStatus.EXPIRED:
             return (
-                "The request expired before it was approved and executed; nothing was executed.",
+                "The request expired before it was carried out (drafts expire if they are not "
+                "approved and executed in time); nothing was executed.",
                 "If the user still wants it, propose it again.",
             )
     raise AssertionError(f"unhandled status {status}")  # pragma: no cover

@@ -16,16 +16,16 @@ from service.errors import Category, DomainError
 from service.executions import repository
 from service.executions.models import Execution, ExecutionStatus, OutboxMessage
 from service.executions.schemas import EXECUTE_TASK, AttemptView, ExecutionView
-from service.policies.schemas import PolicyConfig
 from service.principal import Principal, Role
+from service.runtime import Runtime
 
 
 def request(
     session: Session,
     principal: Principal,
     *,
+    runtime: Runtime,
     draft_id: str,
-    policies: dict[str, PolicyConfig],
     now: datetime,
     trace_id: str | None = None,
 ) -> tuple[Execution, bool]:
@@ -59,7 +59,7 @@ def request(
             f"The draft is {draft.status}; only an approved draft can be executed.",
             "Collect the approvals its policy requires first.",
         )
-    quorum = check_quorum(session, draft, policies=policies)
+    quorum = check_quorum(session, draft, runtime)
     if not quorum.met:
         # The status says approved but the signatures do not carry it: someone
         # changed the database behind our back. Refuse, loudly.

@@ -65,6 +65,8 @@ class Claim:
     params: dict[str, Any]
     proposer: Principal
     trace_id: str | None
+    # Taken over after the attempt limit: only record a change already made, never make one.
+    recovery_only: bool = False
 
 
 def run_execution(runtime: Runtime, execution_id: str) -> RunResult:
@@ -74,16 +76,14 @@ def run_execution(runtime: Runtime, execution_id: str) -> RunResult:
         return claim
     try:
         outcome = _apply(runtime, claim)
-    except DomainError as error:
-        return _record_failure(runtime, claim, error)
-    except DBAPIError as exc:  # the downstream database hiccupped or two workers raced
-        logger.warning(
-            "execution %s attempt %s: database error %s",
-            claim.execution_id,
-            claim.attempt,
-            type(exc).__name__,
-        )
-        return _record_failure(runtime, claim, _transient(f"database error ({type(exc).__name__})"))
+    except Exception as exc:  # every failure ends visibly: retried within the limit, or final
+        error = _as_domain_error(exc, claim)
+        # A final refusal may be the world already containing *this* change, made by a
+        # racing or crashed attempt: ask the downstream before calling it a failure.
+        found = None if error.retryable else _already_applied(runtime, claim)
+        if found is None:
+            return _record_failure(runtime, claim, error)
+        outcome = found
     pause = runtime.settings.fault_pause_after_downstream_ms
     if pause:  # fault injection for crash drills: the change is made, not yet recorded
         time.sleep(pause / 1000)
@@ -181,6 +181,7 @@ def _claim(runtime: Runtime, execution_id: str) -> Claim | RunResult:
                 on_behalf_of=draft.on_behalf_of,
             ),
             trace_id=execution.trace_id,
+            recovery_only=took_over and execution.attempts > settings.execution_max_attempts,
         )
 
 
@@ -196,7 +197,7 @@ def _refusal(
         return "the draft changed after its execution was requested"
     if execution.idempotency_key != f"{draft.id}:{draft.revision}":
         return "the execution's idempotency key does not match its draft"
-    quorum = check_quorum(session, draft, policies=runtime.policies)
+    quorum = check_quorum(session, draft, runtime)
     if not quorum.met:
         detail = "; ".join(quorum.problems) or "no rejection-free quorum"
         return f"{len(quorum.approvers)} of {quorum.required} required approvals verify ({detail})"
@@ -207,20 +208,61 @@ def _apply(runtime: Runtime, claim: Claim) -> Outcome:
     action = runtime.registry.write(claim.action)
     assert action is not None
     with session_scope(runtime.engine) as session:
-        ctx = ActionContext(
-            session=session,
-            principal=claim.proposer,
-            settings=runtime.settings,
-            now=utcnow(),
-            trace_id=claim.trace_id,
-            attempt=claim.attempt,
-        )
+        ctx = _context(runtime, claim, session)
         done = action.applied(ctx, claim.idempotency_key)
         if done is not None:
             return done
+        if claim.recovery_only:
+            raise DomainError(
+                "ATTEMPTS_EXHAUSTED",
+                Category.PRECONDITION_FAILED,
+                f"The worker stopped {claim.attempt - 1} times before recording an outcome; "
+                "the change was not made and will not be tried again.",
+                suggested_action="Investigate the worker; propose the change again if wanted.",
+            )
         params = action.Input.model_validate_json(json.dumps(claim.params))
         action.validate(ctx, params)
         return action.execute(ctx, params, claim.idempotency_key)
+
+
+def _already_applied(runtime: Runtime, claim: Claim) -> Outcome | None:
+    action = runtime.registry.write(claim.action)
+    assert action is not None
+    with session_scope(runtime.engine) as session:
+        return action.applied(_context(runtime, claim, session), claim.idempotency_key)
+
+
+def _context(runtime: Runtime, claim: Claim, session: Session) -> ActionContext:
+    return ActionContext(
+        session=session,
+        principal=claim.proposer,
+        settings=runtime.settings,
+        now=utcnow(),
+        trace_id=claim.trace_id,
+        attempt=claim.attempt,
+    )
+
+
+def _as_domain_error(exc: Exception, claim: Claim) -> DomainError:
+    if isinstance(exc, DomainError):
+        return exc
+    if isinstance(exc, DBAPIError):  # the downstream database hiccupped or two workers raced
+        logger.warning(
+            "execution %s attempt %s: database error %s",
+            claim.execution_id,
+            claim.attempt,
+            type(exc).__name__,
+        )
+        return _transient(f"database error ({type(exc).__name__})")
+    logger.exception(
+        "execution %s attempt %s failed unexpectedly", claim.execution_id, claim.attempt
+    )
+    return DomainError(
+        "INTERNAL_ERROR",
+        Category.TRANSIENT,
+        f"The action failed unexpectedly ({type(exc).__name__}).",
+        suggested_action="The worker retries within its attempt limit; then it fails visibly.",
+    )
 
 
 def _record_success(runtime: Runtime, claim: Claim, outcome: Outcome) -> RunResult:

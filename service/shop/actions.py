@@ -203,10 +203,12 @@ class RefundAction(WriteAction):
         return None if refund is None else _refund_outcome(refund)
 
     def execute(self, ctx: ActionContext, params: RefundInput, idempotency_key: str) -> Outcome:
+        # Lock first, then look: a change made by a racing worker is visible once we
+        # hold the lock, and must be reported, not re-validated against.
+        order = _order(ctx, params.order_id, for_update=True)
         done = self.applied(ctx, idempotency_key)
         if done is not None:
             return done
-        order = _order(ctx, params.order_id, for_update=True)
         rules.check_refund(
             ctx.session,
             order,
@@ -214,7 +216,7 @@ class RefundAction(WriteAction):
             now=ctx.now,
             window_days=ctx.settings.shop_refund_window_days,
         )
-        payments.charge_back(ctx, order, params.amount)
+        payments.charge_back(ctx, order, params.amount, idempotency_key=idempotency_key)
         assert order.id is not None
         refund = Refund(
             id="re_" + secrets.token_hex(12),
@@ -275,10 +277,10 @@ class CancelOrderAction(WriteAction):
     def execute(
         self, ctx: ActionContext, params: CancelOrderInput, idempotency_key: str
     ) -> Outcome:
+        order = _order(ctx, params.order_id, for_update=True)
         done = self.applied(ctx, idempotency_key)
         if done is not None:
             return done
-        order = _order(ctx, params.order_id, for_update=True)
         rules.check_cancellable(order)
         assert order.id is not None
         cancellation = Cancellation(
@@ -334,10 +336,10 @@ class ChangeShippingAddressAction(WriteAction):
     def execute(
         self, ctx: ActionContext, params: ChangeShippingAddressInput, idempotency_key: str
     ) -> Outcome:
+        order = _order(ctx, params.order_id, for_update=True)
         done = self.applied(ctx, idempotency_key)
         if done is not None:
             return done
-        order = _order(ctx, params.order_id, for_update=True)
         rules.check_readdressable(order)
         assert order.id is not None
         new_address: dict[str, Any] = params.address.model_dump(exclude_none=True)

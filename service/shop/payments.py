@@ -12,8 +12,12 @@ from service.money import Money
 from service.shop.models import Order
 
 
-def charge_back(ctx: ActionContext, order: Order, amount: Money) -> None:
-    """Return money to the customer's payment method, or fail transiently."""
+def charge_back(ctx: ActionContext, order: Order, amount: Money, *, idempotency_key: str) -> None:
+    """Return money to the customer's payment method, or fail transiently.
+
+    Like a real provider's, the call carries the idempotency key, so a retry after an
+    unclear outcome can never pay out twice.
+    """
     if ctx.attempt <= ctx.settings.shop_transient_failures:
         raise DomainError(
             "PAYMENT_PROVIDER_UNAVAILABLE",
@@ -21,4 +25,5 @@ def charge_back(ctx: ActionContext, order: Order, amount: Money) -> None:
             f"The payment provider did not accept the refund for order {order.order_number} "
             f"(attempt {ctx.attempt}); it is temporarily unavailable.",
             suggested_action="Retry later; nothing was charged back yet.",
+            details={"idempotency_key": idempotency_key},
         )

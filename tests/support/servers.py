@@ -24,7 +24,7 @@ def serve(app: ASGIApp, *, health_path: str = "/healthz") -> Iterator[str]:
     """Serve ``app`` on 127.0.0.1:<free port> until the block ends; yields the base URL."""
     port = free_port()
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", ws="none", lifespan="on"
+        app, host="127.0.0.1", port=port, log_level="critical", ws="none", lifespan="on"
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

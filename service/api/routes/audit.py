@@ -35,7 +35,11 @@ def _filters(**values: Any) -> EventFilter:
         raise invalid_argument("Invalid filters: " + "; ".join(problems)) from None
 
 
-@router.get("/v1/audit/events", summary="Filtered, cursor-paginated audit events (auditors)")
+@router.get(
+    "/v1/audit/events",
+    summary="Filtered, cursor-paginated audit events (auditors)",
+    name="audit.query",
+)
 def list_events(
     runtime: RuntimeDep,
     principal: CurrentPrincipal,
@@ -73,6 +77,7 @@ def list_events(
     "/v1/audit/export",
     summary="The log as NDJSON, streamed (auditors); same filters as /v1/audit/events",
     response_class=StreamingResponse,
+    name="audit.export",
 )
 def export(
     runtime: RuntimeDep,
@@ -111,7 +116,11 @@ def export(
     )
 
 
-@router.get("/v1/audit/verify", summary="Verify the tenant's chain and checkpoints (auditors)")
+@router.get(
+    "/v1/audit/verify",
+    summary="Verify the tenant's chain and checkpoints (auditors)",
+    name="audit.verify",
+)
 def verify(
     runtime: RuntimeDep, principal: CurrentPrincipal, trace_id_header: TraceIdDep
 ) -> dict[str, Any]:
@@ -122,7 +131,11 @@ def verify(
     )
 
 
-@router.get("/v1/audit/checkpoints", summary="Signed checkpoints of the chain head (auditors)")
+@router.get(
+    "/v1/audit/checkpoints",
+    summary="Signed checkpoints of the chain head (auditors)",
+    name="audit.checkpoints",
+)
 def checkpoints(
     runtime: RuntimeDep, principal: CurrentPrincipal, trace_id_header: TraceIdDep
 ) -> CheckpointList:
@@ -133,7 +146,9 @@ def checkpoints(
     )
 
 
-@router.get("/v1/traces/{trace_id}", summary="One agent interaction, end to end (auditors)")
+@router.get(
+    "/v1/traces/{trace_id}", summary="One agent interaction, end to end (auditors)", name="trace"
+)
 def trace(
     trace_id: str, runtime: RuntimeDep, principal: CurrentPrincipal, trace_id_header: TraceIdDep
 ) -> TraceView:

@@ -36,7 +36,7 @@ APPROVAL_BODY = {
 }
 
 
-@router.get("", summary="List drafts of your tenant, newest first")
+@router.get("", summary="List drafts of your tenant, newest first", name="drafts.list")
 def list_drafts(
     runtime: RuntimeDep,
     principal: CurrentPrincipal,
@@ -49,14 +49,22 @@ def list_drafts(
     return run_unit(
         runtime.engine,
         lambda session: review.list_drafts(
-            session, principal, status=status, action=action, cursor=cursor, limit=limit
+            session,
+            principal,
+            status=status,
+            action=action,
+            cursor=cursor,
+            limit=limit,
+            now=utcnow(),
         ),
         on_refusal=refusal_recorder(principal, "drafts.list", trace_id=trace_id),
     )
 
 
 @router.get(
-    "/{draft_id}", summary="One draft: params, summary, policy, approvals, statement to sign"
+    "/{draft_id}",
+    summary="One draft: params, summary, policy, approvals, statement to sign",
+    name="drafts.read",
 )
 def get_draft(
     draft_id: str, runtime: RuntimeDep, principal: CurrentPrincipal, trace_id: TraceIdDep
@@ -73,6 +81,7 @@ def get_draft(
     summary="Approve or reject the current revision with a signed statement",
     openapi_extra=APPROVAL_BODY,
     status_code=201,
+    name="approval",
 )
 def submit_approval(
     draft_id: str,
@@ -89,8 +98,7 @@ def submit_approval(
             principal,
             draft_id=draft_id,
             request=request,
-            policies=runtime.policies,
-            clock_skew_seconds=runtime.settings.approval_clock_skew_seconds,
+            runtime=runtime,
             now=now,
             trace_id=trace_id,
         )
@@ -108,6 +116,7 @@ def submit_approval(
     summary="Execute an approved draft (once; repeated calls return the same execution)",
     status_code=202,
     response_model=ExecutionAccepted,
+    name="execution",
 )
 def execute(
     draft_id: str,
@@ -122,7 +131,7 @@ def execute(
             session,
             principal,
             draft_id=draft_id,
-            policies=runtime.policies,
+            runtime=runtime,
             now=utcnow(),
             trace_id=trace_id,
         ),

@@ -12,7 +12,11 @@ from service.executions.schemas import ExecutionView
 router = APIRouter(prefix="/v1/executions", tags=["executions"])
 
 
-@router.get("/{execution_id}", summary="Status, attempts, outcome and error of an execution")
+@router.get(
+    "/{execution_id}",
+    summary="Status, attempts, outcome and error of an execution",
+    name="execution.read",
+)
 def get_execution(
     execution_id: str, runtime: RuntimeDep, principal: CurrentPrincipal, trace_id: TraceIdDep
 ) -> ExecutionView:

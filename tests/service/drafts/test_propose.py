@@ -163,8 +163,7 @@ def approve_as(runtime, demo, draft_id: str, approver: str = "alice") -> None:
             principal,
             draft_id=draft_id,
             request=request,
-            policies=runtime.policies,
-            clock_skew_seconds=runtime.settings.approval_clock_skew_seconds,
+            runtime=runtime,
             now=utcnow(),
         )
 

@@ -1,0 +1,714 @@
+"""``draftgate drafts|approve|reject|execute|executions`` as an approver runs them: real
+subprocesses talking to a real API server over HTTP (once on SQLite, once on PostgreSQL).
+
+One test drives a stand-in API that lies about what is to be signed: a lying draftgate server
+is a system that does not exist here, so a fake is the only way to show the CLI refuses it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import rfc8785
+from sqlalchemy import select
+from sqlmodel import Session, col
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from mcp_adapter.tools import ToolDoor
+from service.api.app import create_app
+from service.approvals.models import Approval
+from service.db import session_scope
+from service.executions.models import Execution
+from service.principal import Role
+from service.signing import generate_private_key, key_id_for, write_private_key
+from service.tokens import actions as tokens
+from service.tracing import new_trace_id
+from tests.support.approvals import get_draft
+from tests.support.servers import serve
+
+DRAFTGATE = Path(sys.executable).parent / "draftgate"
+TENANT = "demo"
+
+
+def run_cli(
+    *args: str, api_url: str, token: str | None, stdin: str | None = None, **extra_env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run the CLI as an approver does: only the API URL and a bearer token, no database."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("DRAFTGATE_")}
+    env["DRAFTGATE_API_URL"] = api_url
+    if token is not None:
+        env["DRAFTGATE_TOKEN"] = token
+    env.update(extra_env)
+    return subprocess.run(
+        [str(DRAFTGATE), *args],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture
+def api(runtime, demo) -> Iterator[str]:
+    with serve(create_app(runtime)) as url:
+        yield url
+
+
+@pytest.fixture
+def door(runtime, demo) -> ToolDoor:
+    return ToolDoor(runtime, stdio_token=demo["tokens"]["agent"])
+
+
+def refund(door: ToolDoor, amount_minor: int = 2_500, **extra: Any) -> str:
+    result = door.call(
+        "propose_refund",
+        {
+            "order_id": "ORD-1004",
+            "amount": {"amount_minor": amount_minor, "currency": "USD"},
+            "reason": "damaged",
+            **extra,
+        },
+        new_trace_id(),
+        None,
+    )
+    return str(result["draft_id"])
+
+
+def as_(demo: dict[str, Any], who: str) -> str:
+    return str(
+        demo["tokens"][f"approver_{who}"] if who in ("alice", "bob") else demo["tokens"][who]
+    )
+
+
+def key_of(demo: dict[str, Any], who: str) -> str:
+    return str(demo["approvers"][who]["private_key_file"])
+
+
+def approve_as(api: str, demo: dict[str, Any], draft_id: str, who: str) -> None:
+    result = run_cli(
+        "approve", draft_id, "--key", key_of(demo, who), "--yes", api_url=api, token=as_(demo, who)
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def approvals_in_db(runtime, draft_id: str) -> list[Approval]:
+    with Session(runtime.engine) as session:
+        statement = select(Approval).where(col(Approval.draft_id) == draft_id)
+        return list(session.scalars(statement).all())
+
+
+def executions_in_db(runtime, draft_id: str) -> list[Execution]:
+    with Session(runtime.engine) as session:
+        statement = select(Execution).where(col(Execution.draft_id) == draft_id)
+        return list(session.scalars(statement).all())
+
+
+# --- drafts list / show ----------------------------------------------------------------------
+
+
+def test_drafts_list_shows_the_queue(api, demo, door):
+    small = refund(door, 2_500)
+    large = refund(door, 60_000)
+
+    result = run_cli("drafts", "list", api_url=api, token=as_(demo, "alice"))
+
+    assert result.returncode == 0, result.stderr
+    [header, *lines] = result.stdout.splitlines()
+    assert header.split() == ["DRAFT", "STATUS", "ACTION", "AMOUNT", "APPROVALS", "RISK", "SUMMARY"]
+    assert [line.split()[0] for line in lines] == [large, small]  # newest first
+    [small_line] = [line for line in lines if line.startswith(small)]
+    assert small_line.split()[1:3] == ["proposed", "refund"]
+    assert "0/1" in small_line.split()
+    [large_line] = [line for line in lines if line.startswith(large)]
+    assert "0/2" in large_line.split()
+
+
+def test_drafts_list_as_json_with_filters_and_pages(api, demo, door):
+    drafts = [refund(door, 1_000 + n) for n in range(3)]
+    token = as_(demo, "bob")
+
+    first = run_cli("drafts", "list", "--limit", "2", api_url=api, token=token)
+    assert first.returncode == 0, first.stderr
+    more = re.search(r"^more: --cursor (\S+)$", first.stdout, flags=re.MULTILINE)
+    assert more, first.stdout
+    rest = run_cli(
+        "drafts",
+        "list",
+        "--json",
+        "--limit",
+        "2",
+        "--cursor",
+        more.group(1),
+        api_url=api,
+        token=token,
+    )
+    assert rest.returncode == 0, rest.stderr
+    page = json.loads(rest.stdout)
+    assert [d["draft_id"] for d in page["drafts"]] == [drafts[0]]
+    assert page["next_cursor"] is None
+
+    none = run_cli("drafts", "list", "--json", "--status", "approved", api_url=api, token=token)
+    assert json.loads(none.stdout)["drafts"] == []
+    refunds = run_cli("drafts", "list", "--json", "--action", "refund", api_url=api, token=token)
+    assert {d["draft_id"] for d in json.loads(refunds.stdout)["drafts"]} == set(drafts)
+
+
+def test_drafts_show_prints_exact_params_and_digest(api, demo, door):
+    draft_id = refund(door, 2_500, note="Box arrived crushed")
+
+    result = run_cli("drafts", "show", draft_id, api_url=api, token=as_(demo, "alice"))
+
+    assert result.returncode == 0, result.stderr
+    shown = get_draft(api, as_(demo, "alice"), draft_id)
+    canonical = rfc8785.dumps(shown["params"]).decode()
+    assert f"draft {draft_id}" in result.stdout
+    assert "refund revision 1 [proposed]" in result.stdout
+    assert shown["summary"] in result.stdout
+    assert f"params: {canonical}" in result.stdout
+    assert f"params_sha256: {hashlib.sha256(canonical.encode()).hexdigest()}" in result.stdout
+    assert "proposed by support-agent for cust-ada" in result.stdout
+
+    as_json = run_cli("drafts", "show", draft_id, "--json", api_url=api, token=as_(demo, "alice"))
+    assert as_json.returncode == 0, as_json.stderr
+    parsed = json.loads(as_json.stdout)
+    assert parsed["params"] == shown["params"]
+    assert parsed["statement_to_sign"]["draft_id"] == draft_id
+
+
+def test_drafts_show_an_unknown_draft_fails(api, demo):
+    result = run_cli("drafts", "show", "dft_" + "0" * 32, api_url=api, token=as_(demo, "alice"))
+    assert result.returncode == 1
+    assert "DRAFT_UNAVAILABLE" in result.stderr
+
+
+def test_commands_without_a_token_fail_before_calling_anyone(api, demo):
+    result = run_cli("drafts", "list", api_url=api, token=None)
+    assert result.returncode == 2
+    assert "DRAFTGATE_TOKEN" in result.stderr
+
+
+def test_an_unreachable_api_fails_cleanly():
+    # A port bound but not listening refuses connections, and stays ours for the whole test
+    # (a port merely found free could be taken by a server of a parallel test).
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        result = run_cli("drafts", "list", api_url=f"http://127.0.0.1:{port}", token="dg_x")
+    assert result.returncode == 1
+    assert "API_UNREACHABLE" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_agent_token_is_refused(api, demo):
+    result = run_cli("drafts", "list", api_url=api, token=demo["tokens"]["agent"])
+    assert result.returncode == 1
+    assert "PERMISSION_DENIED" in result.stderr
+
+
+# --- approve / reject -------------------------------------------------------------------------
+
+
+def test_approve_signs_and_the_draft_becomes_approved(api, runtime, demo, door):
+    draft_id = refund(door)
+
+    result = run_cli(
+        "approve",
+        draft_id,
+        "--key",
+        key_of(demo, "alice"),
+        "--yes",
+        api_url=api,
+        token=as_(demo, "alice"),
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert "approved revision 1: draft is approved (1 of 1 approvals)" in result.stdout
+    assert get_draft(api, as_(demo, "alice"), draft_id)["status"] == "approved"
+    [approval] = approvals_in_db(runtime, draft_id)
+    assert (approval.approver, approval.decision) == ("alice", "approve")
+    assert approval.key_id == demo["approvers"]["alice"]["key_id"]
+    assert executions_in_db(runtime, draft_id) == []  # --execute was not given
+
+
+def test_approve_asks_first_and_a_no_signs_nothing(api, runtime, demo, door):
+    draft_id = refund(door)
+
+    result = run_cli(
+        "approve",
+        draft_id,
+        "--key",
+        key_of(demo, "alice"),
+        api_url=api,
+        token=as_(demo, "alice"),
+        stdin="n\n",
+    )
+
+    assert result.returncode == 1
+    assert "Sign this approve of revision 1?" in result.stdout
+    assert approvals_in_db(runtime, draft_id) == []
+    assert get_draft(api, as_(demo, "alice"), draft_id)["status"] == "proposed"
+
+    yes = run_cli(
+        "approve",
+        draft_id,
+        "--key",
+        key_of(demo, "alice"),
+        api_url=api,
+        token=as_(demo, "alice"),
+        stdin="y\n",
+    )
+    assert yes.returncode == 0, yes.stderr
+    assert get_draft(api, as_(demo, "alice"), draft_id)["status"] == "approved"
+
+
+def test_approve_of_a_two_approver_draft_waits_for_the_second(api, runtime, demo, door):
+    draft_id = refund(door, 60_000)
+
+    first = run_cli(
+        "approve",
+        draft_id,
+        "--key",
+        key_of(demo, "alice"),
+        "--yes",
+        "--execute",
+        api_url=api,
+        token=as_(demo, "alice"),
+    )
+
+    assert first.returncode == 0, first.stderr
+    assert "draft is proposed (1 of 2 approvals)" in first.stdout
+    assert "not executing yet" in first.stdout
+    assert executions_in_db(runtime, draft_id) == []
+
+    second = run_cli(
+        "approve",
+        draft_id,
+        "--key",
+        key_of(demo, "bob"),
+        "--yes",
+        api_url=api,
+        token=as_(demo, "bob"),
+    )
+    assert second.returncode == 0, second.stderr
+    assert "draft is approved (2 of 2 approvals)" in second.stdout
+
+
+def test_approve_with_someone_elses_key_is_refused_by_the_server(api, runtime, demo, door):
+    draft_id = refund(door)
+
+    result = run_cli(
+        "approve",
+        draft_id,
+        "--key",
+        key_of(demo, "bob"),
+        "--yes",
+        api_url=api,
+        token=as_(demo, "alice"),
+    )
+
+    assert result.returncode == 1
+    assert "KEY_NOT_OWNED" in result.stderr
+    assert approvals_in_db(runtime, draft_id) == []
+
+
+def test_approve_with_an_unreadable_key_file_fails(api, demo, door, tmp_path):
+    draft_id = refund(door)
+    not_a_key = tmp_path / "not-a-key.pem"
+    not_a_key.write_text("hello")
+    for key in (tmp_path / "missing.pem", not_a_key):
+        result = run_cli(
+            "approve", draft_id, "--key", str(key), "--yes", api_url=api, token=as_(demo, "alice")
+        )
+        assert result.returncode == 1
+        assert "cannot use" in result.stderr
+    assert get_draft(api, as_(demo, "alice"), draft_id)["status"] == "proposed"
+
+
+def test_approve_an_already_approved_draft_fails_without_signing(api, runtime, demo, door):
+    draft_id = refund(door)
+    approve_as(api, demo, draft_id, "alice")
+
+    result = run_cli(
+        "approve",
+        draft_id,
+        "--key",
+        key_of(demo, "bob"),
+        "--yes",
+        api_url=api,
+        token=as_(demo, "bob"),
+    )
+
+    assert result.returncode == 1
+    assert "does not accept decisions" in result.stderr
+    assert [a.approver for a in approvals_in_db(runtime, draft_id)] == ["alice"]
+
+
+def test_reject_with_a_reason_ends_the_draft(api, runtime, demo, door):
+    draft_id = refund(door)
+    reason = "Customer already got a replacement."
+
+    result = run_cli(
+        "reject",
+        draft_id,
+        "--key",
+        key_of(demo, "bob"),
+        "--reason",
+        reason,
+        "--yes",
+        api_url=api,
+        token=as_(demo, "bob"),
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert "rejected: draft is rejected" in result.stdout
+    draft = get_draft(api, as_(demo, "alice"), draft_id)
+    assert (draft["status"], draft["status_reason"]) == ("rejected", reason)
+    [approval] = approvals_in_db(runtime, draft_id)
+    assert (approval.approver, approval.decision, approval.reason) == ("bob", "reject", reason)
+
+
+def test_reject_needs_a_reason(api, runtime, demo, door):
+    draft_id = refund(door)
+    result = run_cli(
+        "reject",
+        draft_id,
+        "--key",
+        key_of(demo, "bob"),
+        "--yes",
+        api_url=api,
+        token=as_(demo, "bob"),
+    )
+    assert result.returncode == 2
+    assert "--reason" in result.stderr
+    assert approvals_in_db(runtime, draft_id) == []
+
+
+def test_a_key_generated_and_registered_with_the_cli_signs_until_revoked(
+    api, runtime, demo, door, tmp_path
+):
+    pem = tmp_path / "carol.pem"
+    db_env = {
+        "DRAFTGATE_DATABASE_URL": runtime.settings.resolved_database_url(),
+        "DRAFTGATE_STATE_DIR": str(runtime.settings.state_dir),
+        "DRAFTGATE_DEFAULT_TENANT": TENANT,
+    }
+    generated = run_cli("keys", "generate", "--out", str(pem), api_url=api, token=None)
+    assert generated.returncode == 0, generated.stderr
+    public = re.search(r"^public key:\s+(\S+)$", generated.stdout, flags=re.MULTILINE)
+    assert public
+    registered = run_cli(
+        "keys",
+        "register",
+        "--approver",
+        "carol",
+        "--public-key",
+        public.group(1),
+        api_url=api,
+        token=None,
+        **db_env,
+    )
+    assert registered.returncode == 0, registered.stderr
+    with session_scope(runtime.engine) as session:
+        carol = tokens.issue(
+            session, tenant=TENANT, subject="carol", role=Role.APPROVER, issued_by="operator:test"
+        ).token
+    first = refund(door, 1_000)
+
+    approved = run_cli("approve", first, "--key", str(pem), "--yes", api_url=api, token=carol)
+
+    assert approved.returncode == 0, approved.stderr
+    [approval] = approvals_in_db(runtime, first)
+    assert approval.key_id == key_id_for(public.group(1))
+
+    revoked = run_cli(
+        "keys", "revoke", key_id_for(public.group(1)), api_url=api, token=None, **db_env
+    )
+    assert revoked.returncode == 0, revoked.stderr
+    second = refund(door, 1_100)
+    refused = run_cli("approve", second, "--key", str(pem), "--yes", api_url=api, token=carol)
+    assert refused.returncode == 1
+    assert "KEY_REVOKED" in refused.stderr
+    assert approvals_in_db(runtime, second) == []
+
+
+# --- execute / executions show -----------------------------------------------------------------
+
+
+def test_execute_an_approved_draft_and_show_the_execution(api, runtime, demo, door):
+    draft_id = refund(door)
+    approve_as(api, demo, draft_id, "alice")
+
+    result = run_cli("execute", draft_id, api_url=api, token=as_(demo, "bob"))
+
+    assert result.returncode == 0, result.stderr
+    match = re.fullmatch(r"execution (exe_[0-9a-f]+): queued\n", result.stdout)
+    assert match, result.stdout
+    execution_id = match.group(1)
+    assert [e.id for e in executions_in_db(runtime, draft_id)] == [execution_id]
+
+    again = run_cli("execute", draft_id, api_url=api, token=as_(demo, "alice"))
+    assert again.returncode == 0, again.stderr
+    assert execution_id in again.stdout  # the same execution, not a second one
+    assert len(executions_in_db(runtime, draft_id)) == 1
+
+    shown = run_cli("executions", "show", execution_id, api_url=api, token=as_(demo, "alice"))
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith(
+        f"execution {execution_id} of draft {draft_id} (revision 1, refund): "
+    )
+    as_json = run_cli(
+        "executions", "show", execution_id, "--json", api_url=api, token=demo["tokens"]["auditor"]
+    )
+    assert as_json.returncode == 0, as_json.stderr
+    execution = json.loads(as_json.stdout)
+    assert (execution["execution_id"], execution["draft_id"]) == (execution_id, draft_id)
+    assert execution["requested_by"] == "approver:bob"
+
+
+def test_execute_before_approval_fails(api, runtime, demo, door):
+    draft_id = refund(door)
+    result = run_cli("execute", draft_id, api_url=api, token=as_(demo, "alice"))
+    assert result.returncode == 1
+    assert "NOT_APPROVED" in result.stderr
+    assert executions_in_db(runtime, draft_id) == []
+
+
+def test_executions_show_an_unknown_execution_fails(api, demo):
+    result = run_cli(
+        "executions", "show", "exe_000000000000000000000000", api_url=api, token=as_(demo, "alice")
+    )
+    assert result.returncode == 1
+    assert "EXECUTION_UNAVAILABLE" in result.stderr
+
+
+@pytest.mark.slow
+def test_approve_with_execute_runs_the_refund_to_success(stack):
+    demo = stack.demo
+    draft_id = refund(ToolDoor(stack.runtime, stdio_token=demo["tokens"]["agent"]), 1_500)
+
+    result = run_cli(
+        "approve",
+        draft_id,
+        "--key",
+        key_of(demo, "alice"),
+        "--execute",
+        "--yes",
+        api_url=stack.api_url,
+        token=as_(demo, "alice"),
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert "draft is approved (1 of 1 approvals)" in result.stdout
+    match = re.search(r"^execution (exe_[0-9a-f]+): queued$", result.stdout, flags=re.MULTILINE)
+    assert match, result.stdout
+    deadline = time.monotonic() + 90
+    while True:  # waiting for the worker, not asserting how long it takes
+        draft = get_draft(stack.api_url, as_(demo, "alice"), draft_id)
+        if draft["status"] in ("succeeded", "failed") or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert draft["status"] == "succeeded", stack.worker.output()[-3000:] if stack.worker else ""
+    assert draft["execution"]["execution_id"] == match.group(1)
+    shown = run_cli(
+        "executions", "show", match.group(1), api_url=stack.api_url, token=as_(demo, "alice")
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert ": succeeded" in shown.stdout.splitlines()[0]
+    assert "outcome:" in shown.stdout
+
+
+# --- the CLI never signs what the server misrepresents ----------------------------------------
+
+
+DRAFT_ID = "dft_0123456789abcdef0123456789abcdef"
+PARAMS = {
+    "order_id": "ORD-1004",
+    "amount": {"amount_minor": 2_500, "currency": "USD"},
+    "reason": "damaged",
+}
+DIGEST = hashlib.sha256(rfc8785.dumps(PARAMS)).hexdigest()
+OTHER_DIGEST = hashlib.sha256(
+    rfc8785.dumps({**PARAMS, "amount": {"amount_minor": 250_000, "currency": "USD"}})
+).hexdigest()
+
+
+def shown_draft(**changes: Any) -> dict[str, Any]:
+    """A draft as GET /v1/drafts/{id} returns it; ``statement__x`` changes the statement."""
+    statement = {
+        "type": "draftgate.approval.v1",
+        "tenant": TENANT,
+        "draft_id": DRAFT_ID,
+        "revision": 2,
+        "action": "refund",
+        "contract_version": 1,
+        "params_sha256": DIGEST,
+        "decision": "approve",
+        "approver": "alice",
+        "key_id": None,
+        "issued_at": "2026-11-29T10:00:00Z",
+    }
+    draft: dict[str, Any] = {
+        "draft_id": DRAFT_ID,
+        "tenant": TENANT,
+        "action": "refund",
+        "contract_version": 1,
+        "revision": 2,
+        "status": "proposed",
+        "status_reason": None,
+        "params": PARAMS,
+        "params_sha256": DIGEST,
+        "summary": "Refund 25.00 USD on order ORD-1004 (damaged)",
+        "amount": {"amount_minor": 2_500, "currency": "USD", "display": "25.00 USD"},
+        "risk": "low",
+        "policy": {
+            "name": "refund",
+            "approvals_required": 1,
+            "ttl_seconds": 86400,
+            "rule": "refunds up to 500.00 need 1 approval",
+        },
+        "approvals_required": 1,
+        "proposed_by": {"agent": "support-agent", "on_behalf_of": "cust-ada"},
+        "trace_id": None,
+        "created_at": "2026-11-29T09:59:00Z",
+        "updated_at": "2026-11-29T09:59:00Z",
+        "expires_at": "2026-11-30T09:59:00Z",
+        "approvals": [],
+        "revisions": [],
+        "execution": None,
+        "statement_to_sign": statement,
+    }
+    for name, value in changes.items():
+        if name.startswith("statement__"):
+            statement[name.removeprefix("statement__")] = value
+        else:
+            draft[name] = value
+    return draft
+
+
+@contextmanager
+def stand_in_api(draft: dict[str, Any]) -> Iterator[tuple[str, list[tuple[str, str]]]]:
+    """A fake draftgate API serving one draft; records every request it receives."""
+    received: list[tuple[str, str]] = []
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def anything(request: Request) -> JSONResponse:
+        received.append((request.method, request.url.path))
+        if request.method == "GET" and request.url.path == f"/v1/drafts/{DRAFT_ID}":
+            return JSONResponse(draft)
+        if request.method == "POST" and request.url.path.endswith("/approvals"):
+            return JSONResponse(
+                {**draft, "status": "approved", "statement_to_sign": None}, status_code=201
+            )
+        return JSONResponse({"code": "NOT_FOUND", "detail": "no"}, status_code=404)
+
+    methods = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+    app = Starlette(
+        routes=[Route("/healthz", healthz), Route("/{path:path}", anything, methods=methods)]
+    )
+    with serve(app) as url:
+        yield url, received
+
+
+@pytest.fixture
+def alice_pem(tmp_path) -> Path:
+    path = tmp_path / "alice.pem"
+    write_private_key(generate_private_key(), path)
+    return path
+
+
+def test_the_stand_in_api_sees_the_post_of_an_honest_draft(alice_pem):
+    """The control: against an honest draft the CLI does post, so the fake can tell."""
+    with stand_in_api(shown_draft()) as (url, received):
+        result = run_cli(
+            "approve", DRAFT_ID, "--key", str(alice_pem), "--yes", api_url=url, token="dg_fake"
+        )
+    assert result.returncode == 0, result.stderr
+    assert ("POST", f"/v1/drafts/{DRAFT_ID}/approvals") in received
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        pytest.param(
+            {"statement__params_sha256": OTHER_DIGEST},
+            "params_sha256",
+            id="statement-digest-differs",
+        ),
+        pytest.param({"statement__revision": 1}, "revision", id="statement-for-revision-1"),
+        pytest.param({"revision": 3}, "revision", id="draft-revision-differs"),
+        pytest.param(
+            {"params_sha256": OTHER_DIGEST, "statement__params_sha256": OTHER_DIGEST},
+            "params_sha256 (of the params shown)",
+            id="shown-digest-not-of-shown-params",
+        ),
+        pytest.param({"statement__draft_id": "dft_" + "f" * 32}, "draft_id", id="another-draft"),
+        pytest.param({"statement__tenant": "acme"}, "tenant", id="another-tenant"),
+        pytest.param({"statement__action": "cancel_order"}, "action", id="another-action"),
+        pytest.param({"statement__contract_version": 2}, "contract_version", id="another-contract"),
+    ],
+)
+@pytest.mark.parametrize("command", ["approve", "reject"])
+def test_the_cli_refuses_to_sign_a_statement_that_does_not_match_the_params_shown(
+    alice_pem, changes, named, command
+):
+    extra = ["--reason", "no"] if command == "reject" else []
+    with stand_in_api(shown_draft(**changes)) as (url, received):
+        result = run_cli(
+            command,
+            DRAFT_ID,
+            "--key",
+            str(alice_pem),
+            *extra,
+            "--yes",
+            api_url=url,
+            token="dg_fake",
+        )
+
+    assert result.returncode == 1, result.stdout
+    assert "refusing to sign" in result.stderr
+    assert "does not match" in result.stderr
+    assert named in result.stderr.split("does not match", 1)[1]
+    assert [method for method, _ in received if method != "GET"] == [], received
+    assert received == [("GET", f"/v1/drafts/{DRAFT_ID}")]
+
+
+@pytest.mark.parametrize("command", ["approve", "reject"])
+def test_the_cli_refuses_to_sign_another_draft_than_the_one_asked_for(alice_pem, command):
+    """Asked to approve DRAFT_ID, the server shows a consistent draft with another id: signing
+    it would hand a valid approval of a draft nobody asked about to whoever runs that server."""
+    other = "dft_" + "f" * 32
+    extra = ["--reason", "no"] if command == "reject" else []
+    with stand_in_api(shown_draft(draft_id=other, statement__draft_id=other)) as (url, received):
+        result = run_cli(
+            command,
+            DRAFT_ID,
+            "--key",
+            str(alice_pem),
+            *extra,
+            "--yes",
+            api_url=url,
+            token="dg_fake",
+        )
+
+    assert result.returncode == 1, result.stdout
+    assert "draft_id" in result.stderr
+    assert [method for method, _ in received if method != "GET"] == [], received
