@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, create_engine, event
@@ -103,13 +103,7 @@ def run_unit(
     Nothing a refused request did survives except the refusal's own audit
     event, written in a second, separate transaction.
     """
-    try:
-        with session_scope(engine) as session:
-            return work(session)
-    except DomainError as error:
-        with session_scope(engine) as session:
-            on_refusal(session, error)
-        raise
+    return _run(session_scope, engine, work, on_refusal)
 
 
 def run_read(
@@ -119,8 +113,17 @@ def run_read(
     on_refusal: Callable[[Session, DomainError], None],
 ) -> T:
     """``run_unit`` for reads: one snapshot, no write lock; a refusal is still recorded."""
+    return _run(read_scope, engine, work, on_refusal)
+
+
+def _run(
+    scope: Callable[[Engine], AbstractContextManager[Session]],
+    engine: Engine,
+    work: Callable[[Session], T],
+    on_refusal: Callable[[Session, DomainError], None],
+) -> T:
     try:
-        with read_scope(engine) as session:
+        with scope(engine) as session:
             return work(session)
     except DomainError as error:
         with session_scope(engine) as session:

@@ -4,19 +4,35 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 import typer
+from sqlmodel import Session
 
 from service.config import get_settings
+from service.db import session_scope
 from service.errors import DomainError
 from service.runtime import Runtime, build_runtime
 
 OPERATOR = "operator:cli"
+T = TypeVar("T")
 
 
 def runtime() -> Runtime:
     return build_runtime(get_settings())
+
+
+def as_operator(work: Callable[[Session], T]) -> T:
+    """Run one unit of work straight on the database (operators only); refusals exit 1."""
+    rt = runtime()
+    try:
+        with session_scope(rt.engine) as session:
+            return work(session)
+    except DomainError as error:
+        fail(error)
+    finally:
+        rt.engine.dispose()
 
 
 def fail(error: DomainError | str) -> NoReturn:

@@ -8,10 +8,8 @@ from typing import Annotated
 
 import typer
 
-from service.cli.common import OPERATOR, fail, print_json, print_table, runtime
+from service.cli.common import OPERATOR, as_operator, fail, print_json, print_table
 from service.config import get_settings
-from service.db import session_scope
-from service.errors import DomainError
 from service.keys import actions as keys
 from service.signing import generate_private_key, key_id_for, public_key_b64, write_private_key
 
@@ -45,36 +43,30 @@ def register(
     tenant: TenantOption = None,
 ) -> None:
     """Register an approver's public key."""
-    rt = runtime()
-    try:
-        with session_scope(rt.engine) as session:
-            info = keys.register(
-                session,
-                tenant=tenant or get_settings().default_tenant,
-                approver=approver,
-                public_key=public_key,
-                label=label,
-                actor=OPERATOR,
-            )
-    except DomainError as error:
-        fail(error)
+    info = as_operator(
+        lambda session: keys.register(
+            session,
+            tenant=tenant or get_settings().default_tenant,
+            approver=approver,
+            public_key=public_key,
+            label=label,
+            actor=OPERATOR,
+        )
+    )
     typer.echo(f"registered {info.key_id} for {info.approver}")
 
 
 @app.command("revoke")
 def revoke(key_id: str, tenant: TenantOption = None) -> None:
     """Revoke a key: nothing it signs is accepted from now on."""
-    rt = runtime()
-    try:
-        with session_scope(rt.engine) as session:
-            info = keys.revoke(
-                session,
-                tenant=tenant or get_settings().default_tenant,
-                key_id=key_id,
-                actor=OPERATOR,
-            )
-    except DomainError as error:
-        fail(error)
+    info = as_operator(
+        lambda session: keys.revoke(
+            session,
+            tenant=tenant or get_settings().default_tenant,
+            key_id=key_id,
+            actor=OPERATOR,
+        )
+    )
     typer.echo(f"revoked {info.key_id} of {info.approver}")
 
 
@@ -85,11 +77,11 @@ def list_keys(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List registered keys."""
-    rt = runtime()
-    with session_scope(rt.engine) as session:
-        infos = keys.list_keys(
+    infos = as_operator(
+        lambda session: keys.list_keys(
             session, tenant=tenant or get_settings().default_tenant, approver=approver
         )
+    )
     if as_json:
         print_json([info.model_dump(mode="json") for info in infos])
         return

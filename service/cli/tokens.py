@@ -6,10 +6,8 @@ from typing import Annotated
 
 import typer
 
-from service.cli.common import OPERATOR, fail, print_json, print_table, runtime
+from service.cli.common import OPERATOR, as_operator, print_json, print_table
 from service.config import get_settings
-from service.db import session_scope
-from service.errors import DomainError
 from service.principal import Role
 from service.tokens import actions as tokens
 
@@ -32,20 +30,17 @@ def issue(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Issue a token. The secret is printed once and stored only as a hash."""
-    rt = runtime()
-    try:
-        with session_scope(rt.engine) as session:
-            issued = tokens.issue(
-                session,
-                tenant=tenant or get_settings().default_tenant,
-                subject=subject,
-                role=role,
-                on_behalf_of=on_behalf_of,
-                label=label,
-                issued_by=OPERATOR,
-            )
-    except DomainError as error:
-        fail(error)
+    issued = as_operator(
+        lambda session: tokens.issue(
+            session,
+            tenant=tenant or get_settings().default_tenant,
+            subject=subject,
+            role=role,
+            on_behalf_of=on_behalf_of,
+            label=label,
+            issued_by=OPERATOR,
+        )
+    )
     if as_json:
         print_json(issued.model_dump(mode="json"))
         return
@@ -57,17 +52,14 @@ def issue(
 @app.command("revoke")
 def revoke(token_id: str, tenant: TenantOption = None) -> None:
     """Revoke a token by id; every later request with it is refused."""
-    rt = runtime()
-    try:
-        with session_scope(rt.engine) as session:
-            info = tokens.revoke(
-                session,
-                tenant=tenant or get_settings().default_tenant,
-                token_id=token_id,
-                revoked_by=OPERATOR,
-            )
-    except DomainError as error:
-        fail(error)
+    info = as_operator(
+        lambda session: tokens.revoke(
+            session,
+            tenant=tenant or get_settings().default_tenant,
+            token_id=token_id,
+            revoked_by=OPERATOR,
+        )
+    )
     typer.echo(f"revoked {info.token_id} ({info.role.value} {info.subject})")
 
 
@@ -77,9 +69,9 @@ def list_tokens(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List a tenant's tokens (never their secrets)."""
-    rt = runtime()
-    with session_scope(rt.engine) as session:
-        infos = tokens.list_tokens(session, tenant=tenant or get_settings().default_tenant)
+    infos = as_operator(
+        lambda session: tokens.list_tokens(session, tenant=tenant or get_settings().default_tenant)
+    )
     if as_json:
         print_json([info.model_dump(mode="json") for info in infos])
         return

@@ -119,16 +119,7 @@ def _claim(runtime: Runtime, execution_id: str) -> Claim | RunResult:
                 error={"code": "APPROVALS_UNVERIFIED", "message": problem, "security": True},
                 reason="the approvals could not be verified, so nothing was executed",
             )
-            audit.record(
-                session,
-                tenant=execution.tenant,
-                actor=WORKER,
-                type="security.execution_refused",
-                draft_id=execution.draft_id,
-                execution_id=execution.id,
-                trace_id=execution.trace_id,
-                data={"problem": problem},
-            )
+            _record(session, execution, "security.execution_refused", {"problem": problem})
             return RunResult(ExecutionStatus.FAILED.value)
         assert draft is not None
         took_over = status is ExecutionStatus.RUNNING
@@ -155,15 +146,11 @@ def _claim(runtime: Runtime, execution_id: str) -> Claim | RunResult:
             )
         )
         _set_draft(session, draft, DraftStatus.RUNNING, now=now)
-        audit.record(
+        _record(
             session,
-            tenant=execution.tenant,
-            actor=WORKER,
-            type="execution.started",
-            draft_id=execution.draft_id,
-            execution_id=execution.id,
-            trace_id=execution.trace_id,
-            data={"attempt": execution.attempts, "took_over": took_over},
+            execution,
+            "execution.started",
+            {"attempt": execution.attempts, "took_over": took_over},
         )
         return Claim(
             execution_id=execution.id,
@@ -274,15 +261,8 @@ def _record_success(runtime: Runtime, claim: Claim, outcome: Outcome) -> RunResu
         result = {"summary": outcome.summary, **outcome.data}
         _close_attempt(session, execution, "succeeded", now=now, detail=result)
         _finish(session, execution, draft, ExecutionStatus.SUCCEEDED, now=now, outcome=result)
-        audit.record(
-            session,
-            tenant=execution.tenant,
-            actor=WORKER,
-            type="execution.succeeded",
-            draft_id=execution.draft_id,
-            execution_id=execution.id,
-            trace_id=execution.trace_id,
-            data={"attempt": claim.attempt, "outcome": result},
+        _record(
+            session, execution, "execution.succeeded", {"attempt": claim.attempt, "outcome": result}
         )
         return RunResult(ExecutionStatus.SUCCEEDED.value)
 
@@ -309,15 +289,11 @@ def _record_failure(runtime: Runtime, claim: Claim, error: DomainError) -> RunRe
             session.add(execution)
             if draft is not None:
                 _set_draft(session, draft, DraftStatus.QUEUED, now=now)
-            audit.record(
+            _record(
                 session,
-                tenant=execution.tenant,
-                actor=WORKER,
-                type="execution.retry_scheduled",
-                draft_id=execution.draft_id,
-                execution_id=execution.id,
-                trace_id=execution.trace_id,
-                data={"attempt": claim.attempt, "retry_in_seconds": delay, "error": detail},
+                execution,
+                "execution.retry_scheduled",
+                {"attempt": claim.attempt, "retry_in_seconds": delay, "error": detail},
             )
             return RunResult(ExecutionStatus.QUEUED.value, retry_in=delay)
         exhausted = error.retryable
@@ -337,15 +313,11 @@ def _record_failure(runtime: Runtime, claim: Claim, error: DomainError) -> RunRe
             error={**detail, "attempts_exhausted": exhausted},
             reason=reason,
         )
-        audit.record(
+        _record(
             session,
-            tenant=execution.tenant,
-            actor=WORKER,
-            type="execution.failed",
-            draft_id=execution.draft_id,
-            execution_id=execution.id,
-            trace_id=execution.trace_id,
-            data={"attempt": claim.attempt, "error": detail, "attempts_exhausted": exhausted},
+            execution,
+            "execution.failed",
+            {"attempt": claim.attempt, "error": detail, "attempts_exhausted": exhausted},
         )
         return RunResult(ExecutionStatus.FAILED.value)
 
@@ -428,3 +400,17 @@ def _after(moment: datetime | None, now: datetime) -> bool:
 def _seconds_until(moment: datetime | None, now: datetime) -> float:
     assert moment is not None
     return max((moment - now).total_seconds(), 0.0) + 0.1
+
+
+def _record(session: Session, execution: Execution, type_: str, data: dict[str, Any]) -> None:
+    """Audit an execution event under the draft's trace, as the worker."""
+    audit.record(
+        session,
+        tenant=execution.tenant,
+        actor=WORKER,
+        type=type_,
+        draft_id=execution.draft_id,
+        execution_id=execution.id,
+        trace_id=execution.trace_id,
+        data=data,
+    )

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
@@ -18,21 +19,33 @@ from service.validation import MAX_LOCATION
 
 router = APIRouter(tags=["audit"])
 
-TypeQuery = Annotated[str | None, Query(max_length=64, description="Event type, e.g. tool.called")]
-ActorQuery = Annotated[str | None, Query(max_length=200, description="e.g. agent:support-agent")]
-IdQuery = Annotated[str | None, Query(max_length=64)]
-TraceQuery = Annotated[str | None, Query(max_length=32)]
 TimeQuery = Annotated[datetime | None, Query(description="RFC 3339 with a timezone")]
 
 
-def _filters(**values: Any) -> EventFilter:
-    try:
-        return EventFilter(**values)
-    except ValidationError as exc:
-        problems = [
-            f"{'.'.join(map(str, e['loc']))[:MAX_LOCATION]}: {e['msg']}" for e in exc.errors()
-        ]
-        raise invalid_argument("Invalid filters: " + "; ".join(problems)) from None
+@dataclass
+class FilterQuery:
+    """The filters shared by the events query and the export, as query parameters."""
+
+    type: Annotated[str | None, Query(max_length=64, description="e.g. tool.called")] = None
+    actor: Annotated[str | None, Query(max_length=200, description="e.g. agent:bot")] = None
+    draft_id: Annotated[str | None, Query(max_length=64)] = None
+    execution_id: Annotated[str | None, Query(max_length=64)] = None
+    trace_id: Annotated[str | None, Query(max_length=32)] = None
+    since: TimeQuery = None
+    until: TimeQuery = None
+
+    def build(self) -> EventFilter:
+        """The filter, or INVALID_ARGUMENT (raised inside the unit, so it is audited)."""
+        try:
+            return EventFilter(**asdict(self))
+        except ValidationError as exc:
+            problems = [
+                f"{'.'.join(map(str, e['loc']))[:MAX_LOCATION]}: {e['msg']}" for e in exc.errors()
+            ]
+            raise invalid_argument("Invalid filters: " + "; ".join(problems)) from None
+
+
+FiltersDep = Annotated[FilterQuery, Depends()]
 
 
 @router.get(
@@ -44,31 +57,15 @@ def list_events(
     runtime: RuntimeDep,
     principal: CurrentPrincipal,
     trace_id_header: TraceIdDep,
-    type: TypeQuery = None,
-    actor: ActorQuery = None,
-    draft_id: IdQuery = None,
-    execution_id: IdQuery = None,
-    trace_id: TraceQuery = None,
-    since: TimeQuery = None,
-    until: TimeQuery = None,
+    query: FiltersDep,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
 ) -> EventPage:
-    def work(session: Any) -> EventPage:
-        filters = _filters(
-            type=type,
-            actor=actor,
-            draft_id=draft_id,
-            execution_id=execution_id,
-            trace_id=trace_id,
-            since=since,
-            until=until,
-        )
-        return review.list_events(session, principal, filters, cursor=cursor, limit=limit)
-
     return run_read(
         runtime.engine,
-        work,
+        lambda session: review.list_events(
+            session, principal, query.build(), cursor=cursor, limit=limit
+        ),
         on_refusal=refusal_recorder(principal, "audit.query", trace_id=trace_id_header),
     )
 
@@ -80,27 +77,10 @@ def list_events(
     name="audit.export",
 )
 def export(
-    runtime: RuntimeDep,
-    principal: CurrentPrincipal,
-    trace_id_header: TraceIdDep,
-    type: TypeQuery = None,
-    actor: ActorQuery = None,
-    draft_id: IdQuery = None,
-    execution_id: IdQuery = None,
-    trace_id: TraceQuery = None,
-    since: TimeQuery = None,
-    until: TimeQuery = None,
+    runtime: RuntimeDep, principal: CurrentPrincipal, trace_id_header: TraceIdDep, query: FiltersDep
 ) -> StreamingResponse:
     def authorize(session: Any) -> EventFilter:
-        filters = _filters(
-            type=type,
-            actor=actor,
-            draft_id=draft_id,
-            execution_id=execution_id,
-            trace_id=trace_id,
-            since=since,
-            until=until,
-        )
+        filters = query.build()
         review.authorize_export(session, principal, filters)
         return filters
 
