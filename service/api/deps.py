@@ -10,10 +10,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlmodel import Session
 
 from service.audit import actions as audit
-from service.db import run_unit
+from service.db import run_unit, session_scope
 from service.errors import DomainError
 from service.executions.outbox import Publisher
-from service.principal import Principal
+from service.principal import Principal, Role
 from service.runtime import Runtime
 from service.tokens import actions as tokens
 from service.tracing import trace_id_from
@@ -95,3 +95,52 @@ def refusal_recorder(
         )
 
     return record
+
+
+def record_request_refusal(
+    request: Request, runtime: Runtime, principal: Principal, error: DomainError, trace_id: str
+) -> None:
+    """Audit a refused request in its own transaction, under the route's operation name
+    (routes are named after what they do: "approval", "audit.query", …)."""
+    operation = getattr(request.scope.get("route"), "name", None) or "request"
+    with session_scope(runtime.engine) as session:
+        audit.record_refusal(
+            session,
+            tenant=principal.tenant,
+            actor=principal.actor,
+            operation=operation,
+            draft_id=_bounded(request.path_params.get("draft_id")),
+            execution_id=_bounded(request.path_params.get("execution_id")),
+            error=error,
+            trace_id=trace_id,
+            data={"method": request.method, "path": request.url.path[:200]},
+        )
+
+
+def _bounded(value: object) -> str | None:
+    return str(value)[:64] if value is not None else None
+
+
+def principal_with(*roles: Role) -> Callable[..., Principal]:
+    """A dependency: the caller, who must hold one of ``roles``.
+
+    Dependencies run before query parameters are validated, so a caller without
+    the role is refused (403, audited) before anything about their input is said.
+    """
+
+    def dependency(
+        request: Request, runtime: RuntimeDep, trace_id: TraceIdDep, principal: CurrentPrincipal
+    ) -> Principal:
+        try:
+            principal.require(*roles)
+        except DomainError as error:
+            record_request_refusal(request, runtime, principal, error, trace_id)
+            raise
+        return principal
+
+    return dependency
+
+
+Auditor = Annotated[Principal, Depends(principal_with(Role.AUDITOR))]
+Approver = Annotated[Principal, Depends(principal_with(Role.APPROVER))]
+Reviewer = Annotated[Principal, Depends(principal_with(Role.APPROVER, Role.AUDITOR))]

@@ -9,8 +9,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from service.audit import actions as audit
-from service.db import session_scope
 from service.errors import Category, DomainError, invalid_argument
 from service.tracing import trace_id_from
 from service.validation import MAX_LOCATION
@@ -57,8 +55,9 @@ def install_error_handlers(app: FastAPI) -> None:
         refusal = invalid_argument(
             "Invalid request: " + "; ".join(problems), details={"problems": problems}
         )
-        # FastAPI parses before dependencies run, so authentication and the audit record
-        # happen here: a bad token still answers 401, and every refusal is an event.
+        # A body that is not JSON is refused before any dependency runs, so authentication
+        # and the audit record happen here too: a bad token still answers 401, and every
+        # refusal is an event.
         outcome = await run_in_threadpool(_audit_invalid_request, request, refusal)
         return problem_response(outcome, instance=request.url.path)
 
@@ -67,7 +66,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 def _audit_invalid_request(request: Request, refusal: DomainError) -> DomainError:
-    from service.api.deps import authenticate
+    from service.api.deps import authenticate, record_request_refusal
 
     runtime = request.app.state.runtime
     trace_id = trace_id_from(request.headers.get("traceparent"))
@@ -77,22 +76,5 @@ def _audit_invalid_request(request: Request, refusal: DomainError) -> DomainErro
         principal = authenticate(runtime, presented, trace_id)
     except DomainError as unauthenticated:
         return unauthenticated
-    # Routes are named after the operation their refusals are audited as ("approval", …).
-    operation = getattr(request.scope.get("route"), "name", None) or "request"
-    with session_scope(runtime.engine) as session:
-        audit.record_refusal(
-            session,
-            tenant=principal.tenant,
-            actor=principal.actor,
-            operation=operation,
-            draft_id=_bounded(request.path_params.get("draft_id")),
-            execution_id=_bounded(request.path_params.get("execution_id")),
-            error=refusal,
-            trace_id=trace_id,
-            data={"method": request.method, "path": request.url.path[:200]},
-        )
+    record_request_refusal(request, runtime, principal, refusal, trace_id)
     return refusal
-
-
-def _bounded(value: object) -> str | None:
-    return str(value)[:64] if value is not None else None

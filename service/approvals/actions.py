@@ -40,6 +40,8 @@ from service.runtime import Runtime
 from service.signing import verify
 from service.sql import rfc3339_seconds
 
+APPROVAL_EVENT = {Decision.APPROVE: "approval.approved", Decision.REJECT: "approval.rejected"}
+
 
 def statement_to_sign(
     session: Session, principal: Principal, draft: Draft, *, now: datetime
@@ -144,7 +146,7 @@ def submit(
         session,
         tenant=draft.tenant,
         actor=principal.actor,
-        type=f"approval.{statement.decision.value}d",
+        type=APPROVAL_EVENT[statement.decision],
         draft_id=draft.id,
         trace_id=trace_id,
         data={

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import closing
+from dataclasses import replace
 from typing import Any
 
 from sqlmodel import Session
@@ -53,12 +54,22 @@ def verify(
     stored = [checkpoints.as_dict(c) for c in checkpoints.for_tenant(session, tenant)]
     # closing(): an early return on the first bad event must still release the DB cursor.
     with closing(repository.iter_chain(session, tenant)) as events:
-        return verify_chain(
+        result = verify_chain(
             (event.model_dump() for event in events),
             recorded_head=recorded,
             checkpoints=stored if checkpoint_public_key else (),
             checkpoint_public_key=checkpoint_public_key,
         )
+    if result.ok and stored and not checkpoint_public_key:
+        # Fail closed: without the key the checkpoints prove nothing, and a history that
+        # only they could expose must not pass as verified.
+        return replace(
+            result,
+            ok=False,
+            problem=f"{len(stored)} checkpoints exist but no checkpoint public key is "
+            "configured to check them (DRAFTGATE_CHECKPOINT_PUBLIC_KEY)",
+        )
+    return result
 
 
 def record_refusal(

@@ -93,6 +93,6 @@ def decode_cursor(cursor: str) -> int:
         after = json.loads(raw)["after"]
     except (ValueError, TypeError, KeyError, binascii.Error):
         raise invalid_argument("The cursor is not one this API returned.") from None
-    if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+    if not isinstance(after, int) or isinstance(after, bool) or not 0 <= after < 2**63:
         raise invalid_argument("The cursor is not one this API returned.")
     return after

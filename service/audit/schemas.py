@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -50,9 +50,14 @@ class EventFilter(BaseModel):
     @field_validator("since", "until")
     @classmethod
     def _aware(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.tzinfo is None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
             raise ValueError("give a timezone (RFC 3339), e.g. 2026-11-30T10:00:00Z")
-        return value
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:
+            raise ValueError("the time is out of range once converted to UTC") from None
 
     def active(self) -> dict[str, Any]:
         return {
@@ -93,6 +98,7 @@ class TraceView(BaseModel):
     drafts: list[dict[str, Any]]
     steps: list[TraceStep]
     diagnosis: str = Field(
-        description="Where this interaction ended: success, or the first failure's kind "
-        "(tool choice, arguments, business rule, timeout, human decision, downstream system)."
+        description="Where this interaction ended (its last outcome): success, or the kind of "
+        "failure (tool choice, arguments, business rule, timeout, human decision, downstream "
+        "system)."
     )

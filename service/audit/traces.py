@@ -149,13 +149,15 @@ def describe(event: AuditEvent) -> str:
 
 
 def diagnose(events: list[AuditEvent]) -> str:
-    """Where the interaction ended, in the terms DESIGN.md asks an auditor to answer."""
-    if any(e.type == "execution.succeeded" for e in events):
-        return "succeeded: the change was executed"
+    """Where the interaction ended — its last outcome — in the terms DESIGN.md asks an auditor
+    to answer: success, or tool choice, arguments, refusal, timeout, human decision,
+    downstream system."""
     for event in reversed(events):
         error = event.data.get("error") or {}
         code, category = error.get("code"), error.get("category")
         match event.type:
+            case "execution.succeeded":
+                return "succeeded: the change was executed"
             case "security.execution_refused":
                 return "refused at execution: the approvals could not be verified"
             case "execution.failed":

@@ -59,9 +59,7 @@ def verify_chain(
         elif event_hash(dict(event)) != event["hash"]:
             problem = "the hash does not match the event's contents"
         if problem:
-            return Verification(
-                False, checked, expected_seq - 1, previous, min(seq, expected_seq), problem
-            )
+            return Verification(False, checked, expected_seq - 1, previous, expected_seq, problem)
         if seq in remember:
             hashes_at[seq] = str(event["hash"])
         checked += 1

@@ -24,7 +24,7 @@ from service.cli.client import ApiClient, ApiUrlOption, TokenOption
 from service.cli.common import fail, print_json, print_table, runtime
 from service.config import get_settings
 from service.db import read_scope, session_scope
-from service.signing import key_id_for, public_key_b64
+from service.signing import key_id_for, parse_public_key, public_key_b64
 from service.sql import utcnow
 
 app = typer.Typer(help="Query, export and verify the audit log.", no_args_is_help=True)
@@ -231,21 +231,23 @@ def trace(
 
 def _verify_file(file: Path, checkpoints_file: Path | None, public_key: str | None) -> Verification:
     stored: list[dict[str, Any]] = []
-    if checkpoints_file is not None:
-        stored, claimed_key = read_checkpoints(checkpoints_file.read_text(encoding="utf-8"))
-        if public_key is None:
-            if claimed_key is None:
-                fail("the checkpoints file names no public key; pass --public-key")
-            typer.echo(
-                "warning: trusting the public key inside the checkpoints file; "
-                "pin it with --public-key",
-                err=True,
-            )
-            public_key = claimed_key
     try:
+        if checkpoints_file is not None:
+            stored, claimed_key = read_checkpoints(checkpoints_file.read_text(encoding="utf-8"))
+            if public_key is None:
+                if claimed_key is None:
+                    fail("the checkpoints file names no public key; pass --public-key")
+                typer.echo(
+                    "warning: trusting the public key inside the checkpoints file; "
+                    "pin it with --public-key",
+                    err=True,
+                )
+                public_key = claimed_key
+        if public_key is not None:
+            parse_public_key(public_key)
         with file.open(encoding="utf-8") as lines:
             return verify_export(lines, checkpoints=stored, checkpoint_public_key=public_key)
-    except (ExportError, OSError) as exc:
+    except (ExportError, OSError, ValueError) as exc:
         fail(str(exc))
 
 

@@ -6,15 +6,16 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
-from service.api.deps import CurrentPrincipal, RuntimeDep, TraceIdDep, refusal_recorder
+from service.api.deps import Auditor, RuntimeDep, TraceIdDep, refusal_recorder
 from service.audit import review, traces
 from service.audit.schemas import MAX_PAGE, CheckpointList, EventFilter, EventPage, TraceView
 from service.db import run_read, run_unit
 from service.errors import invalid_argument
+from service.tracing import TRACE_ID_PATTERN
 from service.validation import MAX_LOCATION
 
 router = APIRouter(tags=["audit"])
@@ -55,17 +56,18 @@ FiltersDep = Annotated[FilterQuery, Depends()]
 )
 def list_events(
     runtime: RuntimeDep,
-    principal: CurrentPrincipal,
+    principal: Auditor,
     trace_id_header: TraceIdDep,
     query: FiltersDep,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
 ) -> EventPage:
+    def work(session: Any) -> EventPage:
+        return review.list_events(session, principal, query.build(), cursor=cursor, limit=limit)
+
     return run_read(
         runtime.engine,
-        lambda session: review.list_events(
-            session, principal, query.build(), cursor=cursor, limit=limit
-        ),
+        work,
         on_refusal=refusal_recorder(principal, "audit.query", trace_id=trace_id_header),
     )
 
@@ -77,7 +79,7 @@ def list_events(
     name="audit.export",
 )
 def export(
-    runtime: RuntimeDep, principal: CurrentPrincipal, trace_id_header: TraceIdDep, query: FiltersDep
+    runtime: RuntimeDep, principal: Auditor, trace_id_header: TraceIdDep, query: FiltersDep
 ) -> StreamingResponse:
     def authorize(session: Any) -> EventFilter:
         filters = query.build()
@@ -101,9 +103,7 @@ def export(
     summary="Verify the tenant's chain and checkpoints (auditors)",
     name="audit.verify",
 )
-def verify(
-    runtime: RuntimeDep, principal: CurrentPrincipal, trace_id_header: TraceIdDep
-) -> dict[str, Any]:
+def verify(runtime: RuntimeDep, principal: Auditor, trace_id_header: TraceIdDep) -> dict[str, Any]:
     return run_read(
         runtime.engine,
         lambda session: review.verify(session, principal, runtime.settings).report(),
@@ -117,7 +117,7 @@ def verify(
     name="audit.checkpoints",
 )
 def checkpoints(
-    runtime: RuntimeDep, principal: CurrentPrincipal, trace_id_header: TraceIdDep
+    runtime: RuntimeDep, principal: Auditor, trace_id_header: TraceIdDep
 ) -> CheckpointList:
     return run_read(
         runtime.engine,
@@ -130,7 +130,10 @@ def checkpoints(
     "/v1/traces/{trace_id}", summary="One agent interaction, end to end (auditors)", name="trace"
 )
 def trace(
-    trace_id: str, runtime: RuntimeDep, principal: CurrentPrincipal, trace_id_header: TraceIdDep
+    trace_id: Annotated[str, Path(pattern=TRACE_ID_PATTERN)],
+    runtime: RuntimeDep,
+    principal: Auditor,
+    trace_id_header: TraceIdDep,
 ) -> TraceView:
     return run_read(
         runtime.engine,

@@ -8,8 +8,9 @@ from fastapi import APIRouter, Body, Query
 from fastapi.responses import JSONResponse
 
 from service.api.deps import (
-    CurrentPrincipal,
+    Approver,
     PublisherDep,
+    Reviewer,
     RuntimeDep,
     TraceIdDep,
     refusal_recorder,
@@ -39,7 +40,7 @@ APPROVAL_BODY = {
 @router.get("", summary="List drafts of your tenant, newest first", name="drafts.list")
 def list_drafts(
     runtime: RuntimeDep,
-    principal: CurrentPrincipal,
+    principal: Reviewer,
     trace_id: TraceIdDep,
     status: DraftStatus | None = None,
     action: Annotated[str | None, Query(max_length=64)] = None,
@@ -67,7 +68,7 @@ def list_drafts(
     name="drafts.read",
 )
 def get_draft(
-    draft_id: str, runtime: RuntimeDep, principal: CurrentPrincipal, trace_id: TraceIdDep
+    draft_id: str, runtime: RuntimeDep, principal: Reviewer, trace_id: TraceIdDep
 ) -> DraftDetail:
     return run_unit(
         runtime.engine,
@@ -87,7 +88,7 @@ def submit_approval(
     draft_id: str,
     body: Annotated[Any, Body()],
     runtime: RuntimeDep,
-    principal: CurrentPrincipal,
+    principal: Approver,
     trace_id: TraceIdDep,
 ) -> DraftDetail:
     def work(session: Any) -> DraftDetail:
@@ -121,7 +122,7 @@ def submit_approval(
 def execute(
     draft_id: str,
     runtime: RuntimeDep,
-    principal: CurrentPrincipal,
+    principal: Approver,
     publisher: PublisherDep,
     trace_id: TraceIdDep,
 ) -> JSONResponse:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.api.deps import CurrentPrincipal, RuntimeDep, TraceIdDep, refusal_recorder
+from service.api.deps import Reviewer, RuntimeDep, TraceIdDep, refusal_recorder
 from service.db import run_unit
 from service.executions import actions as executions
 from service.executions.schemas import ExecutionView
@@ -18,7 +18,7 @@ router = APIRouter(prefix="/v1/executions", tags=["executions"])
     name="execution.read",
 )
 def get_execution(
-    execution_id: str, runtime: RuntimeDep, principal: CurrentPrincipal, trace_id: TraceIdDep
+    execution_id: str, runtime: RuntimeDep, principal: Reviewer, trace_id: TraceIdDep
 ) -> ExecutionView:
     return run_unit(
         runtime.engine,
