@@ -31,19 +31,17 @@ from sqlmodel import Session
 
 from service.actions.base import ActionContext, Outcome
 from service.approvals.actions import check_quorum
-from service.audit import actions as audit
 from service.db import session_scope
 from service.drafts import repository as drafts_repository
 from service.drafts.models import Draft, DraftStatus
 from service.errors import Category, DomainError
-from service.executions import repository
+from service.executions import repository, state
 from service.executions.models import FINISHED, Execution, ExecutionAttempt, ExecutionStatus
 from service.principal import Principal, Role
 from service.runtime import Runtime
 from service.sql import utcnow
 
 logger = logging.getLogger(__name__)
-WORKER = "system:worker"
 
 
 @dataclass(frozen=True)
@@ -110,7 +108,7 @@ def _claim(runtime: Runtime, execution_id: str) -> Claim | RunResult:
         )
         problem = _refusal(session, runtime, execution, draft)
         if problem is not None:
-            _finish(
+            state.finish(
                 session,
                 execution,
                 draft,
@@ -119,12 +117,12 @@ def _claim(runtime: Runtime, execution_id: str) -> Claim | RunResult:
                 error={"code": "APPROVALS_UNVERIFIED", "message": problem, "security": True},
                 reason="the approvals could not be verified, so nothing was executed",
             )
-            _record(session, execution, "security.execution_refused", {"problem": problem})
+            state.record(session, execution, "security.execution_refused", {"problem": problem})
             return RunResult(ExecutionStatus.FAILED.value)
         assert draft is not None
         took_over = status is ExecutionStatus.RUNNING
         if took_over:
-            _close_attempt(
+            state.close_attempt(
                 session,
                 execution,
                 "lost",
@@ -145,8 +143,8 @@ def _claim(runtime: Runtime, execution_id: str) -> Claim | RunResult:
                 result="running",
             )
         )
-        _set_draft(session, draft, DraftStatus.RUNNING, now=now)
-        _record(
+        state.set_draft(session, draft, DraftStatus.RUNNING, now=now)
+        state.record(
             session,
             execution,
             "execution.started",
@@ -259,9 +257,9 @@ def _record_success(runtime: Runtime, claim: Claim, outcome: Outcome) -> RunResu
             return RunResult("superseded")
         now = utcnow()
         result = {"summary": outcome.summary, **outcome.data}
-        _close_attempt(session, execution, "succeeded", now=now, detail=result)
-        _finish(session, execution, draft, ExecutionStatus.SUCCEEDED, now=now, outcome=result)
-        _record(
+        state.close_attempt(session, execution, "succeeded", now=now, detail=result)
+        state.finish(session, execution, draft, ExecutionStatus.SUCCEEDED, now=now, outcome=result)
+        state.record(
             session, execution, "execution.succeeded", {"attempt": claim.attempt, "outcome": result}
         )
         return RunResult(ExecutionStatus.SUCCEEDED.value)
@@ -280,7 +278,7 @@ def _record_failure(runtime: Runtime, claim: Claim, error: DomainError) -> RunRe
                 settings.execution_retry_base_seconds * 2 ** (execution.attempts - 1),
                 settings.execution_retry_max_seconds,
             )
-            _close_attempt(session, execution, "retry", now=now, detail=detail)
+            state.close_attempt(session, execution, "retry", now=now, detail=detail)
             execution.status = ExecutionStatus.QUEUED.value
             execution.lease_expires_at = None
             execution.next_attempt_at = now + timedelta(seconds=delay)
@@ -288,8 +286,8 @@ def _record_failure(runtime: Runtime, claim: Claim, error: DomainError) -> RunRe
             execution.updated_at = now
             session.add(execution)
             if draft is not None:
-                _set_draft(session, draft, DraftStatus.QUEUED, now=now)
-            _record(
+                state.set_draft(session, draft, DraftStatus.QUEUED, now=now)
+            state.record(
                 session,
                 execution,
                 "execution.retry_scheduled",
@@ -303,8 +301,8 @@ def _record_failure(runtime: Runtime, claim: Claim, error: DomainError) -> RunRe
             if exhausted
             else error.message
         )
-        _close_attempt(session, execution, "failed", now=now, detail=detail)
-        _finish(
+        state.close_attempt(session, execution, "failed", now=now, detail=detail)
+        state.finish(
             session,
             execution,
             draft,
@@ -313,7 +311,7 @@ def _record_failure(runtime: Runtime, claim: Claim, error: DomainError) -> RunRe
             error={**detail, "attempts_exhausted": exhausted},
             reason=reason,
         )
-        _record(
+        state.record(
             session,
             execution,
             "execution.failed",
@@ -335,55 +333,6 @@ def _current(session: Session, claim: Claim) -> tuple[Execution | None, Draft | 
     return execution, draft
 
 
-def _finish(
-    session: Session,
-    execution: Execution,
-    draft: Draft | None,
-    status: ExecutionStatus,
-    *,
-    now: datetime,
-    outcome: dict[str, Any] | None = None,
-    error: dict[str, Any] | None = None,
-    reason: str | None = None,
-) -> None:
-    execution.status = status.value
-    execution.outcome = outcome
-    execution.error = error
-    execution.lease_expires_at = None
-    execution.next_attempt_at = None
-    execution.finished_at = now
-    execution.updated_at = now
-    session.add(execution)
-    if draft is not None:
-        _set_draft(session, draft, DraftStatus(status.value), now=now, reason=reason)
-
-
-def _set_draft(
-    session: Session, draft: Draft, status: DraftStatus, *, now: datetime, reason: str | None = None
-) -> None:
-    draft.status = status.value
-    draft.status_reason = reason
-    draft.open_dedupe_key = None  # executing or executed: an identical proposal is a new draft
-    draft.updated_at = now
-    session.add(draft)
-
-
-def _close_attempt(
-    session: Session,
-    execution: Execution,
-    result: str,
-    *,
-    now: datetime,
-    detail: dict[str, Any] | None,
-) -> None:
-    attempt = repository.attempt(session, execution.id, execution.attempts)
-    if attempt is not None and attempt.finished_at is None:
-        attempt.result = result
-        attempt.finished_at = now
-        attempt.detail = detail
-        session.add(attempt)
-
-
 def _transient(message: str) -> DomainError:
     return DomainError(
         "DOWNSTREAM_UNAVAILABLE",
@@ -400,17 +349,3 @@ def _after(moment: datetime | None, now: datetime) -> bool:
 def _seconds_until(moment: datetime | None, now: datetime) -> float:
     assert moment is not None
     return max((moment - now).total_seconds(), 0.0) + 0.1
-
-
-def _record(session: Session, execution: Execution, type_: str, data: dict[str, Any]) -> None:
-    """Audit an execution event under the draft's trace, as the worker."""
-    audit.record(
-        session,
-        tenant=execution.tenant,
-        actor=WORKER,
-        type=type_,
-        draft_id=execution.draft_id,
-        execution_id=execution.id,
-        trace_id=execution.trace_id,
-        data=data,
-    )
