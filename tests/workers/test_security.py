@@ -20,8 +20,6 @@ from sqlmodel import col, select
 
 from mcp_adapter.tools import ToolDoor
 from service.api.publisher import celery_publisher
-from service.approvals import actions as approvals
-from service.approvals.schemas import ApprovalRequest
 from service.audit import actions as audit_actions
 from service.audit import repository as audit_repository
 from service.db import session_scope
@@ -38,8 +36,8 @@ from service.shop.models import Refund
 from service.sql import utcnow
 from service.tokens import actions as tokens
 from service.tracing import new_trace_id
-from service.validation import parse
-from tests.support.approvals import approve, bearer, signed_decision
+from tests.support.approvals import approve, bearer
+from tests.support.core import approve_in_core, request_execution_in_core
 from tests.support.workers import celery_worker
 
 ORDER = "ORD-1004"  # delivered, total 785.00 USD
@@ -261,39 +259,11 @@ def test_a_lowered_approval_count_is_recomputed_by_the_worker(stack):
 
 
 def approve_core(runtime: Runtime, demo: dict[str, Any], draft_id: str, approver: str) -> None:
-    with session_scope(runtime.engine) as session:
-        principal = tokens.authenticate(session, demo["tokens"][f"approver_{approver}"])
-        draft = drafts_repository.get(session, "demo", draft_id)
-        assert draft is not None
-        body = signed_decision(
-            {
-                "tenant": draft.tenant,
-                "draft_id": draft.id,
-                "revision": draft.revision,
-                "action": draft.action,
-                "contract_version": draft.contract_version,
-                "params_sha256": draft.params_sha256,
-            },
-            approver=approver,
-            key_file=demo["approvers"][approver]["private_key_file"],
-        )
-        approvals.submit(
-            session,
-            principal,
-            draft_id=draft_id,
-            request=parse(ApprovalRequest, body),
-            runtime=runtime,
-            now=utcnow(),
-        )
+    approve_in_core(runtime, demo, draft_id, approver)
 
 
 def request_core(runtime: Runtime, demo: dict[str, Any], draft_id: str) -> Execution:
-    with session_scope(runtime.engine) as session:
-        principal = tokens.authenticate(session, demo["tokens"]["approver_alice"])
-        execution, _ = executions.request(
-            session, principal, draft_id=draft_id, runtime=runtime, now=utcnow()
-        )
-        return execution
+    return request_execution_in_core(runtime, demo, draft_id)[0]
 
 
 @pytest.mark.parametrize(

@@ -17,14 +17,11 @@ from sqlmodel import col, select
 
 from mcp_adapter.tools import ToolDoor
 from service.api.publisher import celery_publisher
-from service.approvals import actions as approvals
-from service.approvals.schemas import ApprovalRequest
 from service.audit import actions as audit_actions
 from service.audit import repository as audit_repository
 from service.db import session_scope
 from service.drafts import repository as drafts_repository
 from service.drafts.models import Draft
-from service.executions import actions as executions
 from service.executions.models import Execution, OutboxMessage
 from service.executions.outbox import publish_pending
 from service.executions.schemas import EXECUTE_TASK
@@ -32,10 +29,9 @@ from service.executions.sweeper import sweep
 from service.runtime import Runtime
 from service.shop.models import Refund
 from service.sql import utcnow
-from service.tokens import actions as tokens
 from service.tracing import new_trace_id
-from service.validation import parse
-from tests.support.approvals import approve, bearer, signed_decision
+from tests.support.approvals import approve, bearer
+from tests.support.core import approve_in_core, request_execution_in_core
 
 ORDER = "ORD-1004"
 SMALL = 2_500  # 25.00 USD: one approver
@@ -62,41 +58,14 @@ def propose_refund(runtime: Runtime, demo: dict[str, Any], amount_minor: int = S
 
 
 def approve_core(runtime: Runtime, demo: dict[str, Any], draft_id: str) -> None:
-    with session_scope(runtime.engine) as session:
-        principal = tokens.authenticate(session, demo["tokens"]["approver_alice"])
-        draft = drafts_repository.get(session, "demo", draft_id)
-        assert draft is not None
-        body = signed_decision(
-            {
-                "tenant": draft.tenant,
-                "draft_id": draft.id,
-                "revision": draft.revision,
-                "action": draft.action,
-                "contract_version": draft.contract_version,
-                "params_sha256": draft.params_sha256,
-            },
-            approver="alice",
-            key_file=demo["approvers"]["alice"]["private_key_file"],
-        )
-        approvals.submit(
-            session,
-            principal,
-            draft_id=draft_id,
-            request=parse(ApprovalRequest, body),
-            runtime=runtime,
-            now=utcnow(),
-        )
+    approve_in_core(runtime, demo, draft_id)
 
 
 def request_without_publishing(runtime: Runtime, demo: dict[str, Any], draft_id: str) -> str:
     """What a request leaves behind when its process dies right after the commit."""
-    with session_scope(runtime.engine) as session:
-        principal = tokens.authenticate(session, demo["tokens"]["approver_alice"])
-        execution, created = executions.request(
-            session, principal, draft_id=draft_id, runtime=runtime, now=utcnow()
-        )
-        assert created
-        return execution.id
+    execution, created = request_execution_in_core(runtime, demo, draft_id)
+    assert created
+    return execution.id
 
 
 def set_execution(runtime: Runtime, execution_id: str, **values: Any) -> None:

@@ -18,24 +18,19 @@ from sqlalchemy import text, update
 from sqlmodel import col, select
 
 from mcp_adapter.tools import ToolDoor
-from service.approvals import actions as approvals
-from service.approvals.schemas import ApprovalRequest
 from service.audit import actions as audit_actions
 from service.audit import repository as audit_repository
 from service.db import session_scope
 from service.drafts import repository as drafts_repository
 from service.drafts.models import Draft
-from service.executions import actions as executions
 from service.executions import repository as executions_repository
 from service.executions import runner
 from service.executions.models import Execution, ExecutionAttempt
 from service.runtime import Runtime
 from service.shop.models import Order, Refund
 from service.sql import utcnow
-from service.tokens import actions as tokens
 from service.tracing import new_trace_id
-from service.validation import parse
-from tests.support.approvals import signed_decision
+from tests.support.core import approve_in_core, request_execution_in_core
 
 ORDER = "ORD-1004"  # delivered 3 days ago, total 785.00 USD
 SMALL = 2_500  # 25.00 USD: one approver
@@ -66,40 +61,11 @@ def propose_refund(door: ToolDoor, amount_minor: int, order: str = ORDER) -> str
 
 
 def approve(runtime: Runtime, demo: dict[str, Any], draft_id: str, approver: str) -> None:
-    """Sign and submit an approval exactly as the API would, through the core."""
-    with session_scope(runtime.engine) as session:
-        principal = tokens.authenticate(session, demo["tokens"][f"approver_{approver}"])
-        draft = drafts_repository.get(session, "demo", draft_id)
-        assert draft is not None
-        body = signed_decision(
-            {
-                "tenant": draft.tenant,
-                "draft_id": draft.id,
-                "revision": draft.revision,
-                "action": draft.action,
-                "contract_version": draft.contract_version,
-                "params_sha256": draft.params_sha256,
-            },
-            approver=approver,
-            key_file=demo["approvers"][approver]["private_key_file"],
-        )
-        approvals.submit(
-            session,
-            principal,
-            draft_id=draft_id,
-            request=parse(ApprovalRequest, body),
-            runtime=runtime,
-            now=utcnow(),
-        )
+    approve_in_core(runtime, demo, draft_id, approver)
 
 
 def request_execution(runtime: Runtime, demo: dict[str, Any], draft_id: str) -> str:
-    with session_scope(runtime.engine) as session:
-        principal = tokens.authenticate(session, demo["tokens"]["approver_alice"])
-        execution, _created = executions.request(
-            session, principal, draft_id=draft_id, runtime=runtime, now=utcnow()
-        )
-        return execution.id
+    return request_execution_in_core(runtime, demo, draft_id)[0].id
 
 
 def approved_execution(

@@ -1,0 +1,59 @@
+"""Acting as an approver straight through the core (no HTTP), for tests of what comes after."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from service.approvals import actions as approvals
+from service.approvals.schemas import ApprovalRequest
+from service.db import session_scope
+from service.drafts import repository as drafts_repository
+from service.executions import actions as executions
+from service.executions.models import Execution
+from service.runtime import Runtime
+from service.sql import utcnow
+from service.tokens import actions as tokens
+from service.validation import parse
+from tests.support.approvals import signed_decision
+
+
+def approve_in_core(
+    runtime: Runtime, demo: dict[str, Any], draft_id: str, approver: str = "alice"
+) -> None:
+    """Sign and submit an approval exactly as the API would, through the core."""
+    with session_scope(runtime.engine) as session:
+        principal = tokens.authenticate(session, demo["tokens"][f"approver_{approver}"])
+        draft = drafts_repository.get(session, "demo", draft_id)
+        assert draft is not None
+        body = signed_decision(
+            {
+                "tenant": draft.tenant,
+                "draft_id": draft.id,
+                "revision": draft.revision,
+                "action": draft.action,
+                "contract_version": draft.contract_version,
+                "params_sha256": draft.params_sha256,
+            },
+            approver=approver,
+            key_file=demo["approvers"][approver]["private_key_file"],
+        )
+        approvals.submit(
+            session,
+            principal,
+            draft_id=draft_id,
+            request=parse(ApprovalRequest, body),
+            runtime=runtime,
+            now=utcnow(),
+        )
+
+
+def request_execution_in_core(
+    runtime: Runtime, demo: dict[str, Any], draft_id: str
+) -> tuple[Execution, bool]:
+    """Request execution as alice, without publishing (what a request that died after its
+    commit leaves behind); returns (execution, created)."""
+    with session_scope(runtime.engine) as session:
+        principal = tokens.authenticate(session, demo["tokens"]["approver_alice"])
+        return executions.request(
+            session, principal, draft_id=draft_id, runtime=runtime, now=utcnow()
+        )
