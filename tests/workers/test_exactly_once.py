@@ -17,7 +17,6 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlmodel import col, select
 
 from mcp_adapter.tools import ToolDoor
 from service.api.publisher import celery_publisher
@@ -33,6 +32,7 @@ from service.sql import utcnow
 from service.tracing import new_trace_id
 from tests.support.approvals import approve, bearer
 from tests.support.workers import celery_worker
+from tests.workers.helpers import refunds
 
 pytestmark = pytest.mark.slow
 
@@ -79,14 +79,6 @@ def agent_view(stack: Any, draft_id: str) -> dict[str, Any]:
     door = ToolDoor(stack.runtime, stdio_token=stack.demo["tokens"]["agent"])
     view: dict[str, Any] = door.call("get_draft", {"draft_id": draft_id}, new_trace_id(), None)
     return view
-
-
-def refunds(stack: Any, idempotency_key: str | None = None) -> list[Refund]:
-    with session_scope(stack.runtime.engine) as session:
-        statement = select(Refund)
-        if idempotency_key is not None:
-            statement = statement.where(col(Refund.idempotency_key) == idempotency_key)
-        return list(session.exec(statement).all())
 
 
 def state(stack: Any, execution_id: str) -> tuple[Execution, list[ExecutionAttempt]]:

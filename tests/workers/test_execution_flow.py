@@ -24,23 +24,27 @@ from sqlalchemy import func, update
 from sqlmodel import col, select
 
 from service.approvals.schemas import Decision
-from service.audit import actions as audit_actions
 from service.audit import repository as audit_repository
 from service.db import session_scope
 from service.drafts.models import Draft
 from service.executions.models import Execution, OutboxMessage
-from service.shop.models import Refund
 from service.sql import utcnow
 from tests.support.approvals import approve, bearer, get_draft, signed_decision
 from tests.support.mcp_client import connect
 from tests.support.workers import celery_worker
+from tests.workers.helpers import (
+    FINISHED,
+    chain_verifies,
+    get_execution,
+    refunds,
+    wait_for_execution,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 ORDER = "ORD-1004"  # delivered 3 days ago, total 785.00 USD
 SMALL = 1_500  # 15.00 USD: one approver
 LARGE = 60_000  # 600.00 USD: alice AND bob
-FINISHED = ("succeeded", "failed")
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -81,44 +85,11 @@ def execute(
     return httpx.post(f"{stack.api_url}/v1/drafts/{draft_id}/execute", headers=headers, timeout=60)
 
 
-def get_execution(stack: Any, execution_id: str) -> dict[str, Any]:
-    response = httpx.get(
-        f"{stack.api_url}/v1/executions/{execution_id}",
-        headers=bearer(stack.demo["tokens"]["auditor"]),
-        timeout=30,
-    )
-    assert response.status_code == 200, response.text
-    body: dict[str, Any] = response.json()
-    return body
-
-
-def wait_for_execution(stack: Any, execution_id: str, timeout: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        body = get_execution(stack, execution_id)
-        if body["status"] in FINISHED or time.monotonic() > deadline:
-            return body
-        time.sleep(0.2)
-
-
-def refunds(stack: Any, idempotency_key: str | None = None) -> list[Refund]:
-    with session_scope(stack.runtime.engine) as session:
-        statement = select(Refund)
-        if idempotency_key is not None:
-            statement = statement.where(col(Refund.idempotency_key) == idempotency_key)
-        return list(session.exec(statement).all())
-
-
 def audit_events(stack: Any, draft_id: str) -> list[dict[str, Any]]:
     with session_scope(stack.runtime.engine) as session:
         return [
             e.model_dump() for e in audit_repository.events_for(session, "demo", draft_id=draft_id)
         ]
-
-
-def chain_verifies(stack: Any) -> bool:
-    with session_scope(stack.runtime.engine) as session:
-        return audit_actions.verify(session, "demo").ok
 
 
 def traceparent() -> tuple[str, str]:

@@ -15,20 +15,19 @@ from sqlmodel import col, select
 
 from mcp_adapter.tools import ToolDoor
 from service.api.publisher import celery_publisher
-from service.audit import actions as audit_actions
 from service.audit import repository as audit_repository
 from service.db import session_scope
 from service.executions.sweeper import sweep
-from service.shop.models import Cancellation, Order, Refund
+from service.shop.models import Cancellation, Order
 from service.tracing import new_trace_id
 from tests.support.approvals import approve, bearer
 from tests.support.mcp_client import connect
+from tests.workers.helpers import chain_verifies, get_execution, refunds, wait_for_execution
 
 pytestmark = pytest.mark.slow
 
 ORDER = "ORD-1004"
 AMOUNT = 2_500  # 25.00 USD: one approver
-FINISHED = ("succeeded", "failed")
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -61,42 +60,12 @@ def execute(stack: Any, draft_id: str) -> str:
     return str(response.json()["execution_id"])
 
 
-def get_execution(stack: Any, execution_id: str) -> dict[str, Any]:
-    response = httpx.get(
-        f"{stack.api_url}/v1/executions/{execution_id}",
-        headers=bearer(stack.demo["tokens"]["approver_alice"]),
-        timeout=30,
-    )
-    assert response.status_code == 200, response.text
-    body: dict[str, Any] = response.json()
-    return body
-
-
-def wait_for_execution(stack: Any, execution_id: str, timeout: float = 90) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        body = get_execution(stack, execution_id)
-        if body["status"] in FINISHED or time.monotonic() > deadline:
-            return body
-        time.sleep(0.2)
-
-
-def refunds(stack: Any) -> list[Refund]:
-    with session_scope(stack.runtime.engine) as session:
-        return list(session.exec(select(Refund)).all())
-
-
 def audit_events(stack: Any, draft_id: str, type_: str) -> list[dict[str, Any]]:
     with session_scope(stack.runtime.engine) as session:
         return [
             e.model_dump()
             for e in audit_repository.events_for(session, "demo", draft_id=draft_id, type_=type_)
         ]
-
-
-def chain_verifies(stack: Any) -> bool:
-    with session_scope(stack.runtime.engine) as session:
-        return audit_actions.verify(session, "demo").ok
 
 
 async def agent_view(stack: Any, draft_id: str) -> dict[str, Any]:
