@@ -4,24 +4,16 @@ from __future__ import annotations
 
 import json
 
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent
 
-from service.errors import Category, DomainError
+from service.errors import DomainError
 
 
-def tool_error(error: DomainError) -> ToolError:
-    """A ToolError whose text is exactly the structured error object of DESIGN.md §6.
+def as_tool_error(error: DomainError) -> CallToolResult:
+    """An ``isError`` result whose text is exactly the structured error object (DESIGN.md §6).
 
-    Only ToolError messages reach the model (anything else becomes a bare
-    "Error executing tool"), so every refusal is raised as one.
+    The text is what every MCP client shows the model; the same object is not sent as
+    structured content, because that is reserved for results matching the output schema.
     """
-    return ToolError(json.dumps(error.to_dict(), ensure_ascii=False))
-
-
-def internal_error() -> DomainError:
-    return DomainError(
-        "INTERNAL_ERROR",
-        Category.TRANSIENT,
-        "The server failed to handle this call. Nothing was changed.",
-        suggested_action="Retry once; if it fails again, tell the user the system has a problem.",
-    )
+    text = json.dumps(error.to_dict(), ensure_ascii=False)
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)

@@ -1,24 +1,20 @@
-"""The MCP server factory: tools from the registry, auth from our tokens."""
+"""The MCP server factory: the SDK's low-level server, tools from the registry, our tokens."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
-from typing import Any
 from urllib.parse import urlsplit
 
-from mcp.server import MCPServer
 from mcp.server.auth.settings import AuthSettings
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import CallToolResult, InputRequiredResult
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Mount, Route
+from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from mcp_adapter.auth import CredentialAudit, DraftgateTokenVerifier
-from mcp_adapter.tools import ToolDoor, build_tools, dispatch
+from mcp_adapter.tools import ToolDoor, ToolHandlers, mcp_tools
 from service.runtime import Runtime
 
 INSTRUCTIONS = (
@@ -28,60 +24,39 @@ INSTRUCTIONS = (
     "get_draft to follow the draft. Errors are JSON objects with code, message, retryable and "
     "suggested_action: follow suggested_action."
 )
+VERSION = "0.1.0"
 
 
-class DraftgateMCPServer(MCPServer):
-    """MCPServer whose unknown tool names still reach the core.
-
-    The SDK would answer "Unknown tool: refund" as bare text and nothing would be
-    audited; an agent trying to call a write action directly is exactly what an
-    auditor wants to see, so the core refuses it with a structured UNKNOWN_TOOL.
-    """
-
-    def __init__(self, door: ToolDoor, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._door = door
-        self._names = {tool.name for tool in kwargs.get("tools") or []}
-
-    async def call_tool(
-        self, name: str, arguments: dict[str, Any], context: Any = None
-    ) -> CallToolResult | InputRequiredResult:
-        if name not in self._names:
-            return await dispatch(self._door, name, arguments, context)
-        return await super().call_tool(name, arguments, context)
-
-
-def create_mcp_server(runtime: Runtime, *, stdio_token: str | None = None) -> MCPServer:
-    """An MCPServer offering the registry's tools. Over HTTP it authenticates with our tokens;
-    over stdio every call is made with ``stdio_token``."""
-    door = ToolDoor(runtime, stdio_token=stdio_token)
-    over_http = stdio_token is None
-    public = urlsplit(runtime.settings.mcp_public_url)
-    return DraftgateMCPServer(
-        door,
-        name="draftgate",
+def create_mcp_server(runtime: Runtime, *, stdio_token: str | None = None) -> Server:
+    """A low-level MCP server offering the registry's tools. Over HTTP it authenticates with
+    our tokens (see ``create_http_app``); over stdio every call is made with ``stdio_token``."""
+    handlers = ToolHandlers(ToolDoor(runtime, stdio_token=stdio_token), mcp_tools(runtime))
+    return Server(
+        "draftgate",
+        version=VERSION,
         title="draftgate",
         instructions=INSTRUCTIONS,
-        version="0.1.0",
-        tools=build_tools(door),
-        token_verifier=DraftgateTokenVerifier(runtime) if over_http else None,
-        auth=(
-            AuthSettings(
-                issuer_url=f"{public.scheme}://{public.netloc}",
-                resource_server_url=None,
-            )
-            if over_http
-            else None
-        ),
-        log_level="WARNING",
+        on_list_tools=handlers.list_tools,
+        on_call_tool=handlers.call_tool,
     )
+
+
+async def run_stdio(runtime: Runtime, token: str) -> None:
+    """Serve one agent over stdin/stdout, every call authenticated with ``token``."""
+    server = create_mcp_server(runtime, stdio_token=token)
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+async def _healthz(_: Request) -> JSONResponse:
+    return JSONResponse({"status": "ok"})
 
 
 def create_http_app(runtime: Runtime) -> ASGIApp:
     """The streamable-HTTP app at ``/mcp`` plus ``/healthz``; refused credentials are audited."""
-    server = create_mcp_server(runtime)
     settings = runtime.settings
-    mcp_app = server.streamable_http_app(
+    public = urlsplit(settings.mcp_public_url)
+    app = create_mcp_server(runtime).streamable_http_app(
         streamable_http_path="/mcp",
         stateless_http=True,  # every call carries its own credentials; nothing to pin to a replica
         json_response=True,
@@ -90,15 +65,10 @@ def create_http_app(runtime: Runtime) -> ASGIApp:
             allowed_hosts=settings.mcp_allowed_hosts,
             allowed_origins=settings.mcp_allowed_origins,
         ),
+        auth=AuthSettings(
+            issuer_url=f"{public.scheme}://{public.netloc}", resource_server_url=None
+        ),
+        token_verifier=DraftgateTokenVerifier(runtime),
+        custom_starlette_routes=[Route("/healthz", _healthz)],
     )
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        async with server.session_manager.run():
-            yield
-
-    async def healthz(_: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok"})
-
-    app = Starlette(routes=[Route("/healthz", healthz), Mount("/", app=mcp_app)], lifespan=lifespan)
     return CredentialAudit(app, runtime)

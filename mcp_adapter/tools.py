@@ -1,9 +1,9 @@
-"""MCP tools generated from the core's tool catalog.
+"""MCP tools generated from the core's tool catalog, served by the SDK's low-level server.
 
-The SDK's function-based tools derive their schema from a signature and
-silently drop unknown arguments (DESIGN.md §11), so each tool here publishes
-the core's strict schema and hands the raw arguments to the core, which owns
-validation, the transaction and the audit record.
+The low-level ``Server`` hands every ``tools/call`` to one handler with the raw
+arguments, so the core owns validation, the transaction, the audit record and the
+error shape (DESIGN.md §11): nothing is dropped or reworded by the SDK, and an
+unknown tool name reaches the core to be refused and audited like any other call.
 """
 
 from __future__ import annotations
@@ -17,15 +17,20 @@ from typing import Any
 
 import anyio
 from mcp.server.auth.middleware.auth_context import get_access_token
-from mcp.server.mcpserver.tools import Tool
-from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import PrivateAttr
+from mcp.types import (
+    CallToolRequestParams,
+    CallToolResult,
+    ListToolsResult,
+    PaginatedRequestParams,
+    TextContent,
+    Tool,
+    ToolAnnotations,
+)
 
 from mcp_adapter.auth import DOOR, authenticate_for_mcp, principal_from
-from mcp_adapter.errors import internal_error, tool_error
+from mcp_adapter.errors import as_tool_error
 from service.db import run_unit, session_scope
-from service.errors import DomainError
+from service.errors import DomainError, internal_error
 from service.principal import Principal
 from service.runtime import Runtime
 from service.toolcalls import actions as toolcalls
@@ -86,58 +91,18 @@ class ToolDoor:
             raise error from exc
 
 
-async def dispatch(
-    door: ToolDoor, name: str, arguments: dict[str, Any], context: Any
-) -> CallToolResult:
-    """Run a tool call from the MCP layer: trace id from ``traceparent``, principal from the
-    verified access token (HTTP) or the stdio token, the work itself in a thread."""
-    request = getattr(getattr(context, "request_context", None), "request", None)
-    traceparent = request.headers.get("traceparent") if request is not None else None
-    trace_id = trace_id_from(traceparent)
-    access_token = get_access_token()
-    principal = principal_from(access_token) if access_token is not None else None
-    try:
-        result = await anyio.to_thread.run_sync(
-            partial(door.call, name, arguments, trace_id, principal)
-        )
-    except DomainError as error:
-        raise tool_error(error) from None
-    return CallToolResult(
-        content=[TextContent(type="text", text=json.dumps(result, ensure_ascii=False))],
-        structured_content=result,
-    )
+def mcp_tools(runtime: Runtime) -> list[Tool]:
+    """The catalog as MCP tools: the core's strict schemas, hints as annotations."""
+    return [_tool(spec) for spec in toolcalls.catalog(runtime.registry)]
 
 
-class RegistryTool(Tool):
-    """An MCP tool whose schema and behaviour come from the core's ToolSpec."""
-
-    _door: ToolDoor = PrivateAttr()
-
-    async def run(
-        self, arguments: dict[str, Any], context: Any, convert_result: bool = False
-    ) -> CallToolResult:
-        return await dispatch(self._door, self.name, arguments, context)
-
-
-async def _unused(**_: Any) -> None:  # pragma: no cover - RegistryTool.run never calls fn
-    return None
-
-
-def build_tools(door: ToolDoor) -> list[Tool]:
-    return [_tool(spec, door) for spec in toolcalls.catalog(door.runtime.registry)]
-
-
-def _tool(spec: ToolSpec, door: ToolDoor) -> RegistryTool:
-    tool = RegistryTool(
-        fn=_unused,
+def _tool(spec: ToolSpec) -> Tool:
+    return Tool(
         name=spec.name,
         title=spec.title,
         description=spec.description,
-        parameters=input_schema(spec.input_model),
-        fn_metadata=FuncMetadata(
-            arg_model=ArgModelBase, output_schema=output_schema(spec.output_model)
-        ),
-        is_async=True,
+        input_schema=input_schema(spec.input_model),
+        output_schema=output_schema(spec.output_model),
         annotations=ToolAnnotations(
             title=spec.title,
             read_only_hint=spec.read_only,
@@ -146,5 +111,37 @@ def _tool(spec: ToolSpec, door: ToolDoor) -> RegistryTool:
             open_world_hint=spec.open_world,
         ),
     )
-    tool._door = door
-    return tool
+
+
+@dataclass(frozen=True)
+class ToolHandlers:
+    """The ``tools/list`` and ``tools/call`` handlers of the low-level server."""
+
+    door: ToolDoor
+    tools: list[Tool]
+
+    async def list_tools(self, ctx: Any, params: PaginatedRequestParams | None) -> ListToolsResult:
+        return ListToolsResult(tools=self.tools)
+
+    async def call_tool(self, ctx: Any, params: CallToolRequestParams) -> CallToolResult:
+        """Trace id from ``traceparent``, principal from the verified access token (HTTP) or
+        the stdio token, the work itself in a thread; every refusal a structured error."""
+        request = getattr(ctx, "request", None)
+        traceparent = request.headers.get("traceparent") if request is not None else None
+        access_token = get_access_token()
+        principal = principal_from(access_token) if access_token is not None else None
+        work = partial(
+            self.door.call,
+            params.name,
+            params.arguments or {},
+            trace_id_from(traceparent),
+            principal,
+        )
+        try:
+            result = await anyio.to_thread.run_sync(work)
+        except DomainError as error:
+            return as_tool_error(error)
+        return CallToolResult(
+            content=[TextContent(type="text", text=json.dumps(result, ensure_ascii=False))],
+            structured_content=result,
+        )

@@ -41,7 +41,7 @@ class Settings(BaseSettings):
 
     # Python modules whose ``ACTIONS`` are registered; a user's own package is
     # listed here exactly like the bundled reference shop.
-    action_modules: list[str] = Field(default_factory=lambda: ["service.shop.actions"])
+    action_modules: list[str] = Field(default_factory=lambda: ["service.shop.definitions"])
 
     policies: dict[str, Any] = Field(default_factory=lambda: dict(DEFAULT_POLICIES))
     default_draft_ttl_seconds: int = Field(default=86_400, ge=60)
@@ -83,6 +83,10 @@ class Settings(BaseSettings):
     checkpoint_public_key: str = ""
     checkpoint_interval_seconds: float = Field(default=300.0, gt=0)
 
+    # The server's own secret (it signs page cursors): a file of at least 32 bytes, created
+    # when missing (default <state_dir>/secret-key). Every API replica must read the same one.
+    secret_key_file: Path | None = None
+
     # Bounds applied to every tool argument object before schema validation.
     max_argument_bytes: int = Field(default=16_384, ge=256)
     max_argument_depth: int = Field(default=6, ge=2)
@@ -106,6 +110,9 @@ class Settings(BaseSettings):
 
     def resolved_checkpoint_key_file(self) -> Path:
         return self.checkpoint_key_file or self.state_dir / "checkpoint-key.pem"
+
+    def resolved_secret_key_file(self) -> Path:
+        return self.secret_key_file or self.state_dir / "secret-key"
 
     def resolved_broker_url(self) -> str:
         """The configured broker, or kombu's server-less SQLAlchemy transport over SQLite."""

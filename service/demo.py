@@ -52,7 +52,7 @@ def seed_demo(
             role=role,
             on_behalf_of=on_behalf_of,
             label=f"demo {name}",
-            issued_by=SEEDER,
+            actor=SEEDER,
         ).token
         for name, (subject, role, on_behalf_of) in grants.items()
     }

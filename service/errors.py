@@ -2,10 +2,15 @@
 
 Each front door maps these once: HTTP problem+json, an MCP tool error, or a
 Celery retry-or-fail decision. No transport type appears here.
+
+Every code is declared once, as an ``ErrorCode`` in its domain's ``errors.py``
+(this module holds the ones every domain shares); ``docs/errors.md`` is
+generated from those declarations (``service.catalogue``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -55,33 +60,76 @@ class DomainError(Exception):
         return body
 
 
-def invalid_argument(
-    message: str, *, details: dict[str, Any] | None = None, code: str = "INVALID_ARGUMENT"
-) -> DomainError:
-    return DomainError(
-        code,
-        Category.INVALID_ARGUMENT,
-        message,
-        suggested_action="Fix the arguments as described and call again; "
-        "do not repeat the same arguments.",
-        details=details,
-    )
+@dataclass(frozen=True)
+class ErrorCode:
+    """One entry of the error catalogue: a stable code, its category and default advice."""
+
+    code: str
+    category: Category
+    meaning: str  # when it happens, for docs/errors.md
+    suggested_action: str
+    retryable: bool | None = None  # None: retryable exactly when the category is transient
+
+    @property
+    def is_retryable(self) -> bool:
+        return self.category is Category.TRANSIENT if self.retryable is None else self.retryable
+
+    def __call__(
+        self,
+        message: str,
+        *,
+        suggested_action: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> DomainError:
+        """The error, with this call's message (and, where it helps, more specific advice)."""
+        return DomainError(
+            self.code,
+            self.category,
+            message,
+            suggested_action=suggested_action or self.suggested_action,
+            retryable=self.is_retryable,
+            details=details,
+        )
+
+
+INVALID_ARGUMENT = ErrorCode(
+    "INVALID_ARGUMENT",
+    Category.INVALID_ARGUMENT,
+    "The arguments or request body do not match the published schema (wrong type, unknown "
+    "field, pattern, bounds, size or nesting depth). The message names every problem.",
+    "Fix the arguments as described and call again; do not repeat the same arguments.",
+)
+UNAUTHENTICATED = ErrorCode(
+    "UNAUTHENTICATED",
+    Category.UNAUTHENTICATED,
+    "No bearer token, an unknown or revoked one, or a token of a role this door does not serve.",
+    "Present a valid bearer token; this is a configuration problem, not something a retry fixes.",
+)
+PERMISSION_DENIED = ErrorCode(
+    "PERMISSION_DENIED",
+    Category.PERMISSION_DENIED,
+    "The caller's role does not allow this operation.",
+    "Use a credential whose role allows this operation.",
+)
+INTERNAL_ERROR = ErrorCode(
+    "INTERNAL_ERROR",
+    Category.TRANSIENT,
+    "The server failed unexpectedly; nothing was changed by the failed call.",
+    "Retry once; if it fails again, tell the user the system has a problem.",
+)
+
+
+def invalid_argument(message: str, *, details: dict[str, Any] | None = None) -> DomainError:
+    return INVALID_ARGUMENT(message, details=details)
 
 
 def unauthenticated(message: str) -> DomainError:
-    return DomainError(
-        "UNAUTHENTICATED",
-        Category.UNAUTHENTICATED,
-        message,
-        suggested_action="Present a valid bearer token; this is a configuration problem, "
-        "not something a retry fixes.",
-    )
+    return UNAUTHENTICATED(message)
 
 
 def permission_denied(message: str) -> DomainError:
-    return DomainError(
-        "PERMISSION_DENIED",
-        Category.PERMISSION_DENIED,
-        message,
-        suggested_action="Use a credential whose role allows this operation.",
-    )
+    return PERMISSION_DENIED(message)
+
+
+def internal_error() -> DomainError:
+    return INTERNAL_ERROR("The server failed to handle this call. Nothing was changed.")

@@ -6,11 +6,12 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from service.actions.registry import ActionRegistry, load_registry
 from service.config import Settings
+from service.cursors import CursorCodec
 from service.db import make_engine
 from service.policies.actions import PolicyError, load_policies
 from service.policies.schemas import PolicyConfig
+from service.registry.loader import ActionRegistry, load_registry
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,7 @@ class Runtime:
     engine: Engine
     registry: ActionRegistry
     policies: dict[str, PolicyConfig]
+    cursors: CursorCodec
 
 
 def build_runtime(settings: Settings, *, engine: Engine | None = None) -> Runtime:
@@ -38,4 +40,5 @@ def build_runtime(settings: Settings, *, engine: Engine | None = None) -> Runtim
         engine=engine or make_engine(settings.resolved_database_url()),
         registry=registry,
         policies=policies,
+        cursors=CursorCodec(settings.resolved_secret_key_file()),
     )

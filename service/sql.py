@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
 
-from sqlalchemy import BigInteger, DateTime, Integer, Table, TypeDecorator
+from sqlalchemy import BigInteger, DateTime, Integer, String, Table, TypeDecorator
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlmodel import Session
@@ -47,6 +48,31 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+E = TypeVar("E", bound=StrEnum)
+
+
+class EnumText(TypeDecorator[E], Generic[E]):
+    """A ``StrEnum`` stored as its plain string value (VARCHAR), read back as the enum.
+
+    Plain strings keep the schema portable and migrations simple; an unknown value in
+    the database fails loudly on read instead of travelling on as a bare string.
+    """
+
+    impl = String
+    cache_ok = True
+
+    def __init__(self, enum: type[E], length: int = 16) -> None:
+        super().__init__(length=length)
+        self.enum = enum
+        self.length = length
+
+    def process_bind_param(self, value: E | str | None, dialect: Dialect) -> str | None:
+        return None if value is None else self.enum(value).value
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> E | None:
+        return None if value is None else self.enum(value)
 
 
 def insert_or_ignore(session: Session, table: Table, values: dict[str, Any]) -> bool:

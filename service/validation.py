@@ -1,9 +1,10 @@
 """Strict validation of untrusted arguments (DESIGN.md §3, input hardening).
 
 Arguments from a model are parsed as JSON in pydantic's strict mode: no
-coercion ("12" is not 12, true is not 1), unknown fields refused, and an
-explicit ``null`` is refused rather than read as "missing". Size and nesting
-depth are bounded before any model sees the value.
+coercion ("12" is not 12, true is not 1) and unknown fields refused. An
+explicit ``null`` means exactly "omitted" (DESIGN.md §3): strict-mode clients
+send every field, with null for the ones the model does not use. Size and
+nesting depth are bounded before any model sees the value.
 """
 
 from __future__ import annotations
@@ -26,13 +27,9 @@ class StrictInput(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _null_is_not_missing(cls, data: Any) -> Any:
+    def _null_is_omitted(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            nulls = sorted(key for key, value in data.items() if value is None)
-            if nulls:
-                raise ValueError(
-                    f"null is not accepted for {', '.join(nulls)}; omit an optional field instead"
-                )
+            return {key: value for key, value in data.items() if value is not None}
         return data
 
 
@@ -65,29 +62,15 @@ def _depth(value: Any, *, limit: int) -> int:
 
 
 def parse(model: type[ModelT], arguments: dict[str, Any]) -> ModelT:
-    """Validate arguments against a strict model, or raise INVALID_ARGUMENT naming every problem.
-
-    Explicit nulls are reported as problems of their own, next to whatever else
-    is wrong, rather than hiding the other problems.
-    """
-    null_paths = _null_paths(arguments)
-    problems = [
-        f"{path}: null is not accepted; omit an optional field instead" for path in null_paths
-    ]
+    """Validate arguments against a strict model, or raise INVALID_ARGUMENT naming every problem."""
     try:
-        parsed = model.model_validate_json(json.dumps(_without_nulls(arguments)))
+        return model.model_validate_json(json.dumps(arguments))
     except ValidationError as exc:
-        problems += [
-            _describe(error)
-            for error in exc.errors(include_url=False)
-            # a required field sent as null is already reported as the null it was
-            if not (error["type"] == "missing" and _location(error) in null_paths)
-        ]
-    if problems:
-        raise invalid_argument(
-            "Invalid arguments: " + "; ".join(problems), details={"problems": problems}
-        )
-    return parsed
+        null_paths = set(_null_paths(arguments))
+        problems = [_describe(error, null_paths) for error in exc.errors(include_url=False)]
+    raise invalid_argument(
+        "Invalid arguments: " + "; ".join(problems), details={"problems": problems}
+    )
 
 
 def _null_paths(value: Any, prefix: str = "") -> list[str]:
@@ -104,14 +87,6 @@ def _null_paths(value: Any, prefix: str = "") -> list[str]:
     return []
 
 
-def _without_nulls(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {key: _without_nulls(item) for key, item in value.items() if item is not None}
-    if isinstance(value, list):
-        return [_without_nulls(item) for item in value]
-    return value
-
-
 def _location(error: Any) -> str:
     return ".".join(str(part) for part in error["loc"])
 
@@ -119,10 +94,12 @@ def _location(error: Any) -> str:
 MAX_LOCATION = 64  # field names come from the caller: never echo an unbounded one
 
 
-def _describe(error: Any) -> str:
+def _describe(error: Any, null_paths: set[str]) -> str:
     location = (_location(error) or "arguments")[:MAX_LOCATION]
     message = str(error["msg"])
-    if error["type"] == "extra_forbidden":
+    if error["type"] == "missing" and _location(error) in null_paths:
+        message = "required; null means omitted, so send a value"
+    elif error["type"] == "extra_forbidden":
         message = "unknown field; remove it"
     elif error["type"] == "string_pattern_mismatch":
         message = f"must match {error['ctx']['pattern']}"
@@ -131,11 +108,12 @@ def _describe(error: Any) -> str:
 
 
 def input_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """A self-contained JSON schema for a strict input model.
+    """A self-contained JSON schema for a strict input model, ready for strict-mode clients.
 
-    ``$ref``s are inlined (several MCP clients handle them badly), every object
-    gets ``additionalProperties: false``, and the ``null`` branch pydantic adds
-    for optional fields is dropped, because null is refused (see StrictInput).
+    ``$ref``s are inlined (several MCP clients handle them badly, and OpenAI's strict
+    mode refuses a bare one), every object gets ``additionalProperties: false``, and
+    every optional field is published nullable, since null means omitted (StrictInput):
+    a client that makes every field required can still leave one unused.
     """
     schema = model.model_json_schema(mode="validation")
     tidied: dict[str, Any] = _tidy(schema, schema.pop("$defs", {}), strict_input=True)
@@ -164,12 +142,27 @@ def _tidy(node: Any, definitions: dict[str, Any], *, strict_input: bool) -> Any:
         if key != "title" or not isinstance(value, str)
     }
     if strict_input:
-        branches = result.get("anyOf")
-        if isinstance(branches, list) and len(branches) == 2 and {"type": "null"} in branches:
-            del result["anyOf"]
-            result.update(next(b for b in branches if b != {"type": "null"}))
-            if "default" in result and result["default"] is None:
-                del result["default"]
+        if result.get("default", ...) is None:
+            del result["default"]  # null is omission, not a value to default to
         if result.get("type") == "object" and "properties" in result:
             result.setdefault("additionalProperties", False)
+            required = set(result.get("required", []))
+            result["properties"] = {
+                name: prop if name in required else _nullable(prop)
+                for name, prop in result["properties"].items()
+            }
     return result
+
+
+NULL = {"type": "null"}
+# Annotations that describe the field rather than constrain its value stay outside anyOf.
+_OUTSIDE = ("description", "default", "examples")
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` or null: optional fields accept null as "omitted"."""
+    if NULL in schema.get("anyOf", []):
+        return schema
+    inner = {k: v for k, v in schema.items() if k not in _OUTSIDE}
+    outer = {k: v for k, v in schema.items() if k in _OUTSIDE}
+    return {"anyOf": [inner, NULL], **outer}

@@ -1,26 +1,33 @@
 """Shared fixtures: real SQLite and PostgreSQL databases built by Alembic, the demo tenant,
-and a real MCP server over streamable HTTP."""
+real servers, and the whole stack with a real Celery worker.
+
+Speed comes from reuse, never from fakes: one migrated SQLite file per test process is
+copied for each test; PostgreSQL databases come from a per-process pool and are emptied
+between tests; a stack (database, broker, API, MCP server, worker process) lives for a
+test module and is reset, not rebuilt, between its tests.
+"""
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from service.config import Settings
-from service.db import make_engine, session_scope
+from service.db import session_scope
 from service.demo import seed_demo
-from service.migrate import upgrade
 from service.runtime import Runtime, build_runtime
 from tests.support import services
+from tests.support.databases import PostgresPool, migrated_sqlite, sqlite_copy
 from tests.support.servers import serve
-from tests.support.workers import WorkerProcess, celery_worker
+from tests.support.stacks import Stack, StackHost
 
 BACKENDS = ["sqlite", "postgresql"]
+STACKS = ["embedded", "production"]
 
 
 @pytest.fixture
@@ -28,39 +35,57 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+# --- databases ------------------------------------------------------------------------------
+
+
 @pytest.fixture(scope="session")
-def postgres_template() -> Iterator[str]:
-    """One migrated database per test process; each test copies it (fast, isolated)."""
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One migrated SQLite file per test process; tests get copies."""
+    return migrated_sqlite(tmp_path_factory.mktemp("sqlite-template") / "draftgate.db")
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path, sqlite_template: Path) -> str:
+    return sqlite_copy(sqlite_template, tmp_path / "draftgate.db")
+
+
+@pytest.fixture(scope="session")
+def postgres_pool() -> Iterator[PostgresPool]:
     problem = services.reachable(services.POSTGRES_URL, 5432)
     if problem:
         services.unavailable("PostgreSQL", problem)
-    name = services.create_database()
-    url = services.with_database(services.POSTGRES_URL, name)
-    upgrade(url)
-    make_engine(url).dispose()
-    yield name
-    services.drop_database(name)
+    pool = PostgresPool()
+    yield pool
+    pool.close()
 
 
 @pytest.fixture
-def postgres_url(postgres_template: str) -> Iterator[str]:
-    name = services.create_database(template=postgres_template)
-    yield services.with_database(services.POSTGRES_URL, name)
-    services.drop_database(name)
-
-
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'draftgate.db'}"
-    upgrade(url)
-    return url
+def postgres_url(postgres_pool: PostgresPool) -> Iterator[str]:
+    """An empty, migrated PostgreSQL database of this test's own (emptied again afterwards)."""
+    url = postgres_pool.acquire()
+    yield url
+    postgres_pool.release(url)
 
 
 @pytest.fixture(params=BACKENDS)
 def db_url(request: pytest.FixtureRequest) -> str:
-    """A freshly migrated database; tests using it run once per backend."""
+    """A freshly migrated database; tests using it run once per backend.
+
+    Use it only where the backend's semantics matter (locking, concurrency, SQL); tests of
+    behaviour that does not depend on the database use ``sqlite_url`` through
+    ``settings``, by overriding ``db_url`` with the ``sqlite_only`` fixture below.
+    """
     fixture = "sqlite_url" if request.param == "sqlite" else "postgres_url"
     return str(request.getfixturevalue(fixture))
+
+
+@pytest.fixture
+def sqlite_only(sqlite_url: str) -> str:
+    """For a module that overrides ``db_url = sqlite_only``: its behaviour is backend-free."""
+    return sqlite_url
+
+
+# --- one runtime on one database ------------------------------------------------------------
 
 
 @pytest.fixture
@@ -105,69 +130,99 @@ def mcp_url(runtime: Runtime, demo: dict[str, Any]) -> Iterator[str]:
 
 # --- the whole stack: database + broker + API + MCP + a real Celery worker -----------------
 
-STACKS = ["embedded", "production"]
+
+class StackHosts:
+    """A test module's stacks: one database and queue per kind for the whole module, and
+    the live stack for the current settings (a new combination replaces the previous one,
+    so at most one stack worker per test process is up at a time)."""
+
+    def __init__(self, root: Path, sqlite_template: Path) -> None:
+        self._root = root
+        self._sqlite_template = sqlite_template
+        self._databases: dict[str, str] = {}
+        self._pool: PostgresPool | None = None
+        self._queue = f"test-{secrets.token_hex(6)}"
+        self._current: tuple[str, StackHost] | None = None
+
+    def settings(
+        self, kind: str, overrides: dict[str, Any], request: pytest.FixtureRequest
+    ) -> Settings:
+        root = self._root / kind
+        if kind == "embedded":
+            database_url = self._database(
+                kind, lambda: sqlite_copy(self._sqlite_template, root / "draftgate.db")
+            )
+            broker_url = f"sqla+sqlite:///{root / 'broker.db'}"
+        else:
+            database_url = self._database(kind, lambda: self._postgres(request))
+            problem = services.reachable(services.REDIS_URL, 6379)
+            if problem:
+                services.unavailable("Redis", problem)
+            broker_url = services.REDIS_URL.rstrip("/") + "/0"
+        values: dict[str, Any] = {
+            "state_dir": root / "state",
+            "database_url": database_url,
+            "broker_url": broker_url,
+            # Every module has its own queue, so parallel tests never take each other's tasks.
+            "broker_queue": f"{self._queue}-{kind}",
+            "execution_retry_base_seconds": 0.5,
+            "execution_retry_max_seconds": 2.0,
+            **overrides,
+        }
+        return Settings(**values)
+
+    def host(self, settings: Settings) -> StackHost:
+        key = json.dumps(settings.model_dump(mode="json"), sort_keys=True)
+        if self._current is not None and self._current[0] == key:
+            return self._current[1]
+        self._stop_current()
+        host = StackHost(settings)
+        self._current = (key, host)
+        return host
+
+    def close(self) -> None:
+        self._stop_current()
+        if self._pool is not None:
+            self._pool.release(self._databases["production"])
+
+    def _stop_current(self) -> None:
+        if self._current is not None:
+            self._current[1].close()
+            self._current = None
+
+    def _database(self, kind: str, make: Any) -> str:
+        if kind not in self._databases:
+            self._databases[kind] = make()
+        return self._databases[kind]
+
+    def _postgres(self, request: pytest.FixtureRequest) -> str:
+        self._pool = request.getfixturevalue("postgres_pool")
+        return self._pool.acquire()
+
+
+@pytest.fixture(scope="module")
+def stack_hosts(
+    tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path
+) -> Iterator[StackHosts]:
+    hosts = StackHosts(tmp_path_factory.mktemp("stacks"), sqlite_template)
+    yield hosts
+    hosts.close()
 
 
 @pytest.fixture(params=STACKS)
 def stack_settings(
-    request: pytest.FixtureRequest, tmp_path: Path, settings_overrides: dict[str, Any]
+    request: pytest.FixtureRequest, settings_overrides: dict[str, Any], stack_hosts: StackHosts
 ) -> Settings:
-    """Embedded: SQLite + kombu's SQLite broker. Production: PostgreSQL + Redis."""
-    if request.param == "embedded":
-        database_url = str(request.getfixturevalue("sqlite_url"))
-        broker_url = f"sqla+sqlite:///{tmp_path / 'broker.db'}"
-    else:
-        database_url = str(request.getfixturevalue("postgres_url"))
-        problem = services.reachable(services.REDIS_URL, 6379)
-        if problem:
-            services.unavailable("Redis", problem)
-        broker_url = services.REDIS_URL.rstrip("/") + "/0"
-    values: dict[str, Any] = {
-        "state_dir": tmp_path / "state",
-        "database_url": database_url,
-        "broker_url": broker_url,
-        # Every test has its own queue, so parallel tests never take each other's tasks.
-        "broker_queue": f"test-{secrets.token_hex(6)}",
-        "execution_retry_base_seconds": 0.5,
-        "execution_retry_max_seconds": 2.0,
-        **settings_overrides,
-    }
-    return Settings(**values)
+    """Embedded: SQLite + kombu's SQLite broker. Production: PostgreSQL + Redis.
 
-
-@dataclass
-class Stack:
-    settings: Settings
-    runtime: Runtime
-    demo: dict[str, Any]
-    api_url: str
-    mcp_url: str
-    worker: WorkerProcess | None
-    log_dir: Path
+    The database, broker queue and state dir belong to the test module; each test starts
+    on them emptied and freshly seeded (see ``stack``)."""
+    return stack_hosts.settings(str(request.param), settings_overrides, request)
 
 
 @pytest.fixture
-def stack(stack_settings: Settings, tmp_path: Path) -> Iterator[Stack]:
-    """Everything running for real; the worker can be stopped, killed and restarted by tests."""
-    from mcp_adapter.server import create_http_app
-    from service.api.app import create_app
-
-    runtime = build_runtime(stack_settings)
-    with session_scope(runtime.engine) as session:
-        manifest = seed_demo(
-            session,
-            tenant="demo",
-            state_dir=stack_settings.state_dir,
-            api_url="http://api.invalid",
-            mcp_url="http://mcp.invalid/mcp",
-        )
-    with (
-        serve(create_app(runtime)) as api_url,
-        serve(create_http_app(runtime)) as mcp_base,
-        celery_worker(stack_settings, tmp_path / "logs" / "worker.log") as worker,
-    ):
-        manifest.update(api_url=api_url, mcp_url=mcp_base + "/mcp")
-        yield Stack(
-            stack_settings, runtime, manifest, api_url, mcp_base + "/mcp", worker, tmp_path / "logs"
-        )
-    runtime.engine.dispose()
+def stack(stack_settings: Settings, stack_hosts: StackHosts) -> Stack:
+    """Everything running for real, emptied and re-seeded for this test; the worker can be
+    stopped, killed and restarted by tests (a worker a test took down is restarted for the
+    next one)."""
+    return stack_hosts.host(stack_settings).fresh()

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from typing import Any
 
-from service.api.errors import install_error_handlers
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+
+from service.api.errors import PROBLEM_JSON, install_error_handlers
 from service.api.publisher import celery_publisher
 from service.api.routes import audit, drafts, executions, health
 from service.config import get_settings
 from service.executions.outbox import Publisher
 from service.runtime import Runtime, build_runtime
+
+
+def operation_id(route: APIRoute) -> str:
+    """Stable OpenAPI operation ids from the route names ("drafts.list" -> "drafts_list")."""
+    return route.name.replace(".", "_")
 
 
 def create_app(runtime: Runtime | None = None, *, publisher: Publisher | None = None) -> FastAPI:
@@ -18,8 +27,10 @@ def create_app(runtime: Runtime | None = None, *, publisher: Publisher | None = 
         title="draftgate",
         version="0.1.0",
         summary="Approve, execute and audit the writes AI agents propose.",
+        generate_unique_id_function=operation_id,
     )
     runtime = runtime or build_runtime(get_settings())
+    runtime.cursors.load()
     app.state.runtime = runtime
     app.state.publisher = publisher or celery_publisher(runtime.settings)
     install_error_handlers(app)
@@ -27,4 +38,34 @@ def create_app(runtime: Runtime | None = None, *, publisher: Publisher | None = 
     app.include_router(drafts.router)
     app.include_router(executions.router)
     app.include_router(audit.router)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's schema, minus the 422 it documents but draftgate never sends.
+
+    Request validation answers 400 problem+json (service.api.errors), which every
+    route declares; FastAPI adds a 422 ``HTTPValidationError`` to each route anyway.
+    """
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(
+        title=app.title,
+        version=app.version,
+        summary=app.summary,
+        routes=app.routes,
+    )
+    for path in schema.get("paths", {}).values():
+        for operation in path.values():
+            responses = operation.get("responses", {})
+            responses.pop("422", None)
+            for status, response in responses.items():
+                content = response.get("content", {})
+                if status[0] in "45" and PROBLEM_JSON in content:
+                    content.pop("application/json", None)  # problems are problem+json only
+    components = schema.get("components", {}).get("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        components.pop(name, None)
+    app.openapi_schema = schema
+    return schema

@@ -1,16 +1,24 @@
-"""Request dependencies: the runtime, one unit of work per request, and the caller."""
+"""Request dependencies: the runtime, the caller, and one unit of work per request.
+
+A route declares what it needs, e.g. ``session: Unit, principal: Approver``. The
+unit of work commits when the route returns and, when the core refuses, rolls
+everything back and audits the refusal as ``<route name>.refused`` in a
+transaction of its own: routes hold no transaction code and no refusal code.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import Engine
 from sqlmodel import Session
 
 from service.audit import actions as audit
-from service.db import run_unit, session_scope
+from service.db import read_scope, run_unit, session_scope
 from service.errors import DomainError
 from service.executions.outbox import Publisher
 from service.principal import Principal, Role
@@ -37,6 +45,14 @@ def get_trace_id(request: Request) -> str:
 TraceIdDep = Annotated[str, Depends(get_trace_id)]
 
 
+def get_publisher(request: Request) -> Publisher:
+    publisher: Publisher = request.app.state.publisher
+    return publisher
+
+
+PublisherDep = Annotated[Publisher, Depends(get_publisher)]
+
+
 def get_principal(
     runtime: RuntimeDep,
     trace_id: TraceIdDep,
@@ -44,6 +60,9 @@ def get_principal(
 ) -> Principal:
     """The caller, from the bearer token only; a refusal is audited in its own transaction."""
     return authenticate(runtime, credentials.credentials if credentials else None, trace_id)
+
+
+CurrentPrincipal = Annotated[Principal, Depends(get_principal)]
 
 
 def authenticate(runtime: Runtime, presented: str | None, trace_id: str) -> Principal:
@@ -61,47 +80,18 @@ def authenticate(runtime: Runtime, presented: str | None, trace_id: str) -> Prin
     )
 
 
-CurrentPrincipal = Annotated[Principal, Depends(get_principal)]
-
-
-def get_publisher(request: Request) -> Publisher:
-    publisher: Publisher = request.app.state.publisher
-    return publisher
-
-
-PublisherDep = Annotated[Publisher, Depends(get_publisher)]
-
-
-def refusal_recorder(
-    principal: Principal,
-    operation: str,
-    *,
-    trace_id: str,
-    draft_id: str | None = None,
-    execution_id: str | None = None,
-) -> Callable[[Session, DomainError], None]:
-    """What ``run_unit`` calls to audit a refused request, in its own transaction."""
-
-    def record(session: Session, error: DomainError) -> None:
-        audit.record_refusal(
-            session,
-            tenant=principal.tenant,
-            actor=principal.actor,
-            operation=operation,
-            error=error,
-            draft_id=draft_id,
-            execution_id=execution_id,
-            trace_id=trace_id,
-        )
-
-    return record
-
-
-def record_request_refusal(
+def record_refusal(
     request: Request, runtime: Runtime, principal: Principal, error: DomainError, trace_id: str
 ) -> None:
-    """Audit a refused request in its own transaction, under the route's operation name
-    (routes are named after what they do: "approval", "audit.query", …)."""
+    """Audit a refused request in its own transaction, as ``<route name>.refused``.
+
+    The one refusal mechanism of the HTTP door: role checks, the unit of work and
+    request validation all end here, and a request is recorded once however many of
+    them see its refusal. Routes are named after what they do ("approval", "audit.query", …).
+    """
+    if getattr(request.state, "refusal_recorded", False):
+        return
+    request.state.refusal_recorded = True
     operation = getattr(request.scope.get("route"), "name", None) or "request"
     with session_scope(runtime.engine) as session:
         audit.record_refusal(
@@ -134,7 +124,7 @@ def principal_with(*roles: Role) -> Callable[..., Principal]:
         try:
             principal.require(*roles)
         except DomainError as error:
-            record_request_refusal(request, runtime, principal, error, trace_id)
+            record_refusal(request, runtime, principal, error, trace_id)
             raise
         return principal
 
@@ -144,3 +134,27 @@ def principal_with(*roles: Role) -> Callable[..., Principal]:
 Auditor = Annotated[Principal, Depends(principal_with(Role.AUDITOR))]
 Approver = Annotated[Principal, Depends(principal_with(Role.APPROVER))]
 Reviewer = Annotated[Principal, Depends(principal_with(Role.APPROVER, Role.AUDITOR))]
+
+
+def _unit(
+    scope: Callable[[Engine], AbstractContextManager[Session]],
+) -> Callable[..., Iterator[Session]]:
+    def unit_of_work(
+        request: Request, runtime: RuntimeDep, trace_id: TraceIdDep, principal: CurrentPrincipal
+    ) -> Iterator[Session]:
+        try:
+            with scope(runtime.engine) as session:
+                yield session
+        except DomainError as error:
+            record_refusal(request, runtime, principal, error, trace_id)
+            raise
+
+    return unit_of_work
+
+
+# The request's transaction, committed (audit events appended) when the route returns.
+# Function scope: it ends before the response is sent, so nothing is reported done that
+# did not commit.
+Unit = Annotated[Session, Depends(_unit(session_scope), scope="function")]
+# A read-only snapshot for long reads (exports, verification): no write lock taken.
+ReadUnit = Annotated[Session, Depends(_unit(read_scope), scope="function")]

@@ -7,8 +7,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
+from service.api.deps import authenticate, record_refusal
 from service.errors import Category, DomainError, invalid_argument
 from service.tracing import trace_id_from
 from service.validation import MAX_LOCATION
@@ -24,6 +26,46 @@ STATUS_BY_CATEGORY = {
     Category.PRECONDITION_FAILED: 409,
     Category.TRANSIENT: 503,
 }
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem, extended with draftgate's structured error (DESIGN.md §6)."""
+
+    type: str = Field(description="A URI naming the kind of problem.")
+    title: str
+    status: int
+    detail: str
+    instance: str | None = Field(default=None, description="The request path.")
+    code: str = Field(description="Stable error code; see docs/errors.md.")
+    category: Category
+    message: str
+    retryable: bool
+    suggested_action: str
+    details: dict[str, Any] | None = None
+
+
+DESCRIPTIONS = {
+    400: "Invalid request (INVALID_ARGUMENT and friends).",
+    401: "No, an unknown or a revoked bearer token.",
+    403: "The token's role does not allow this, or a signature rule refused it.",
+    404: "Not found or not yours (deliberately the same answer).",
+    409: "The request conflicts with the current state.",
+    413: "The request body is larger than the server accepts.",
+    429: "Too many requests; retry after the given delay.",
+    503: "A dependency is unavailable; retry later.",
+}
+
+
+def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries for the problem+json answers a route can give."""
+    return {
+        status: {
+            "model": Problem,
+            "description": DESCRIPTIONS[status],
+            "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+        for status in statuses
+    }
 
 
 def problem_response(error: DomainError, *, instance: str | None = None) -> JSONResponse:
@@ -55,9 +97,6 @@ def install_error_handlers(app: FastAPI) -> None:
         refusal = invalid_argument(
             "Invalid request: " + "; ".join(problems), details={"problems": problems}
         )
-        # A body that is not JSON is refused before any dependency runs, so authentication
-        # and the audit record happen here too: a bad token still answers 401, and every
-        # refusal is an event.
         outcome = await run_in_threadpool(_audit_invalid_request, request, refusal)
         return problem_response(outcome, instance=request.url.path)
 
@@ -66,8 +105,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 def _audit_invalid_request(request: Request, refusal: DomainError) -> DomainError:
-    from service.api.deps import authenticate, record_request_refusal
+    """Audit a request refused by FastAPI's own validation.
 
+    A body that is not JSON is refused before any dependency runs, so authentication
+    happens here too: a bad token still answers 401, and every refusal is an event.
+    """
     runtime = request.app.state.runtime
     trace_id = trace_id_from(request.headers.get("traceparent"))
     scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
@@ -76,5 +118,5 @@ def _audit_invalid_request(request: Request, refusal: DomainError) -> DomainErro
         principal = authenticate(runtime, presented, trace_id)
     except DomainError as unauthenticated:
         return unauthenticated
-    record_request_refusal(request, runtime, principal, refusal, trace_id)
+    record_refusal(request, runtime, principal, refusal, trace_id)
     return refusal

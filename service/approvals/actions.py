@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlmodel import Session
 
-from service.approvals import repository
+from service.approvals import errors, repository
 from service.approvals.models import Approval
 from service.approvals.schemas import (
     STATEMENT_TYPE,
@@ -29,9 +29,9 @@ from service.approvals.schemas import (
 from service.audit import actions as audit
 from service.canonical import canonical_json, params_sha256
 from service.drafts import repository as drafts_repository
-from service.drafts.actions import draft_unavailable, expire_if_due
+from service.drafts import state as draft_state
+from service.drafts.errors import draft_expired, draft_unavailable
 from service.drafts.models import Draft, DraftStatus
-from service.errors import Category, DomainError
 from service.keys import repository as keys_repository
 from service.keys.models import ApproverKey
 from service.policies.actions import resolve
@@ -41,6 +41,11 @@ from service.signing import verify
 from service.sql import rfc3339_seconds
 
 APPROVAL_EVENT = {Decision.APPROVE: "approval.approved", Decision.REJECT: "approval.rejected"}
+# Which draft statuses accept which decision: a rejection may still stop an approved draft.
+OPEN_FOR = {
+    Decision.APPROVE: frozenset({DraftStatus.PROPOSED}),
+    Decision.REJECT: frozenset({DraftStatus.PROPOSED, DraftStatus.APPROVED}),
+}
 
 
 def statement_to_sign(
@@ -86,46 +91,62 @@ def submit(
     principal.require(Role.APPROVER)
     statement = request.statement
     _check_identity(principal, draft_id, statement)
+    key = _verify_signature(session, principal, statement, request.signature)
+    draft = _lock_open_draft(session, principal, draft_id, statement.decision, now=now)
+    _check_binding(draft, statement)
+    _check_freshness(statement, now=now, skew_seconds=runtime.settings.approval_clock_skew_seconds)
+    _check_approver(session, principal, draft)
+    approval = _record_decision(session, principal, draft, key, request, now=now, trace_id=trace_id)
+    _apply_decision(session, runtime, principal, draft, approval, now=now, trace_id=trace_id)
+    return draft
+
+
+def _verify_signature(
+    session: Session, principal: Principal, statement: ApprovalStatement, signature: str
+) -> ApproverKey:
+    """The caller's own, active key, over whose public half the signature verifies."""
     key = keys_repository.get(session, principal.tenant, statement.key_id)
     if key is None or key.approver != principal.subject:
-        raise _refused(
-            "KEY_NOT_OWNED",
-            "The statement's key_id is not a key registered to you.",
-            "Sign with your own registered key.",
-        )
+        raise errors.key_not_owned()
     if key.revoked_at is not None:
-        raise _refused(
-            "KEY_REVOKED",
-            "The signing key has been revoked; it signs nothing any more.",
-            "Ask an admin to register a new key for you.",
-        )
-    if not verify(key.public_key, canonical_json(statement.signed_value()), request.signature):
-        raise _refused(
-            "SIGNATURE_INVALID",
-            "The signature does not verify over the JCS encoding of the statement.",
-            "Sign exactly the statement you send, with the key named by key_id.",
-        )
+        raise errors.key_revoked()
+    if not verify(key.public_key, canonical_json(statement.signed_value()), signature):
+        raise errors.signature_invalid()
+    return key
+
+
+def _lock_open_draft(
+    session: Session, principal: Principal, draft_id: str, decision: Decision, *, now: datetime
+) -> Draft:
     draft = drafts_repository.get(session, principal.tenant, draft_id, for_update=True)
     if draft is None:
         raise draft_unavailable()
-    _check_draft_state(session, draft, statement, now=now)
-    _check_binding(draft, statement)
-    _check_freshness(statement, now=now, skew_seconds=runtime.settings.approval_clock_skew_seconds)
-    if principal.subject in {draft.proposed_by, draft.on_behalf_of}:
-        raise _refused(
-            "SELF_APPROVAL",
-            "The proposer of a draft cannot approve or reject it.",
-            "Another approver must decide on this draft.",
-            category=Category.PERMISSION_DENIED,
-        )
-    if repository.by_approver(session, draft.id, draft.revision, principal.subject) is not None:
-        raise _refused(
-            "ALREADY_SIGNED",
-            f"You have already signed revision {draft.revision} of this draft.",
-            "Each approver signs a revision once; wait for other approvers.",
-            category=Category.CONFLICT,
-        )
+    if draft_state.expire_if_due(session, draft, now=now):
+        raise draft_expired("approved")
+    if draft.status not in OPEN_FOR[decision]:
+        raise errors.draft_not_open(draft.status.value, decision.value)
+    return draft
 
+
+def _check_approver(session: Session, principal: Principal, draft: Draft) -> None:
+    """Maker ≠ checker, and one signature per approver and revision."""
+    if principal.subject in {draft.proposed_by, draft.on_behalf_of}:
+        raise errors.self_approval()
+    if repository.by_approver(session, draft.id, draft.revision, principal.subject) is not None:
+        raise errors.already_signed(draft.revision)
+
+
+def _record_decision(
+    session: Session,
+    principal: Principal,
+    draft: Draft,
+    key: ApproverKey,
+    request: ApprovalRequest,
+    *,
+    now: datetime,
+    trace_id: str | None,
+) -> Approval:
+    statement = request.statement
     approval = Approval(
         id="apv_" + secrets.token_hex(12),
         tenant=draft.tenant,
@@ -133,7 +154,7 @@ def submit(
         revision=draft.revision,
         approver=principal.subject,
         key_id=key.key_id,
-        decision=statement.decision.value,
+        decision=statement.decision,
         reason=statement.reason,
         params_sha256=statement.params_sha256,
         statement=statement.signed_value(),
@@ -158,20 +179,34 @@ def submit(
             "reason": statement.reason,
         },
     )
-    if statement.decision is Decision.REJECT:
-        _set_status(
+    return approval
+
+
+def _apply_decision(
+    session: Session,
+    runtime: Runtime,
+    principal: Principal,
+    draft: Draft,
+    approval: Approval,
+    *,
+    now: datetime,
+    trace_id: str | None,
+) -> None:
+    """A rejection ends the draft; an approval completes it when the quorum now verifies."""
+    if approval.decision is Decision.REJECT:
+        draft_state.transition(
             session,
             draft,
             DraftStatus.REJECTED,
             now=now,
-            reason=statement.reason,
             actor=principal.actor,
             trace_id=trace_id,
+            reason=approval.reason,
         )
-        return draft
+        return
     quorum = check_quorum(session, draft, runtime)
     if quorum.met:
-        _set_status(
+        draft_state.transition(
             session,
             draft,
             DraftStatus.APPROVED,
@@ -180,7 +215,6 @@ def submit(
             trace_id=trace_id,
             data={"approvers": quorum.approvers},
         )
-    return draft
 
 
 @dataclass(frozen=True)
@@ -204,36 +238,44 @@ def check_quorum(session: Session, draft: Draft, runtime: Runtime) -> Quorum:
     configured policy demands today for the amount in the *signed* params (never
     the unsigned amount columns), so no edited column can lower the bar.
     """
-    action = runtime.registry.write(draft.action)
-    if action is None:
-        return Quorum(required=1, problems=[f"the action {draft.action} is not registered"])
-    try:
-        signed = action.Input.model_validate_json(json.dumps(draft.params))
-    except ValidationError:
-        return Quorum(required=1, problems=["the stored params are not valid for the action"])
-    policy = resolve(
-        runtime.policies,
-        draft.action,
-        amount=action.amount_of(signed),
-        default_ttl_seconds=runtime.settings.default_draft_ttl_seconds,
-    )
-    required = max(draft.approvals_required, policy.approvals_required, 1)
+    required = _required_approvals(draft, runtime)
+    if isinstance(required, str):
+        return Quorum(required=1, problems=[required])
     digest = params_sha256(draft.params)
+    approvals = repository.for_draft(session, draft.id, draft.revision)
+    keys = keys_repository.by_ids(session, draft.tenant, {a.key_id for a in approvals})
     approvers: set[str] = set()
     rejected_by: list[str] = []
     problems: list[str] = []
-    for approval in repository.for_draft(session, draft.id, draft.revision):
-        key = keys_repository.get(session, draft.tenant, approval.key_id)
-        problem = approval_problem(approval, draft, key, digest=digest)
+    for approval in approvals:
+        problem = approval_problem(approval, draft, keys.get(approval.key_id), digest=digest)
         if problem:
             problems.append(f"{approval.id} by {approval.approver}: {problem}")
-        elif approval.decision == Decision.REJECT.value:
+        elif approval.decision is Decision.REJECT:
             rejected_by.append(approval.approver)
         else:
             approvers.add(approval.approver)
     return Quorum(
         required=required, approvers=sorted(approvers), rejected_by=rejected_by, problems=problems
     )
+
+
+def _required_approvals(draft: Draft, runtime: Runtime) -> int | str:
+    """How many approvers the draft needs today, or why that cannot be known."""
+    action = runtime.registry.write(draft.action)
+    if action is None:
+        return f"the action {draft.action} is not registered"
+    try:
+        signed = action.Input.model_validate_json(json.dumps(draft.params))
+    except ValidationError:
+        return "the stored params are not valid for the action"
+    policy = resolve(
+        runtime.policies,
+        draft.action,
+        amount=action.amount_of(signed),
+        default_ttl_seconds=runtime.settings.default_draft_ttl_seconds,
+    )
+    return max(draft.approvals_required, policy.approvals_required, 1)
 
 
 def approval_problem(
@@ -251,7 +293,7 @@ def approval_problem(
         "params_sha256": digest,
         "approver": approval.approver,
         "key_id": approval.key_id,
-        "decision": approval.decision,
+        "decision": approval.decision.value,
     }
     mismatched = sorted(name for name, value in expected.items() if statement.get(name) != value)
     if mismatched:
@@ -269,128 +311,31 @@ def approval_problem(
 
 def _check_identity(principal: Principal, draft_id: str, statement: ApprovalStatement) -> None:
     if statement.draft_id != draft_id:
-        raise _refused(
-            "STATEMENT_MISMATCH",
-            "The statement names a different draft than the URL.",
-            "Sign a statement for this draft.",
-            category=Category.INVALID_ARGUMENT,
-        )
+        raise errors.statement_for_other_draft()
     if statement.tenant != principal.tenant:
-        raise _refused(
-            "STATEMENT_MISMATCH",
-            "The statement names a different tenant than your token.",
-            "Sign a statement for your own tenant.",
-            category=Category.INVALID_ARGUMENT,
-        )
+        raise errors.statement_for_other_tenant()
     if statement.approver != principal.subject:
-        raise _refused(
-            "APPROVER_MISMATCH",
-            "The statement's approver is not the subject of your token.",
-            "Sign statements only in your own name, with your own token.",
-            category=Category.PERMISSION_DENIED,
-        )
-
-
-def _check_draft_state(
-    session: Session, draft: Draft, statement: ApprovalStatement, *, now: datetime
-) -> None:
-    if expire_if_due(session, draft, now=now):
-        raise _refused(
-            "DRAFT_EXPIRED",
-            "The draft has expired; nothing expired can be approved.",
-            "Ask for a new proposal if the change is still wanted.",
-            category=Category.CONFLICT,
-        )
-    open_for = (
-        {DraftStatus.PROPOSED}
-        if statement.decision is Decision.APPROVE
-        else {DraftStatus.PROPOSED, DraftStatus.APPROVED}
-    )
-    if DraftStatus(draft.status) not in open_for:
-        raise _refused(
-            "DRAFT_NOT_OPEN",
-            f"The draft is {draft.status}; it no longer accepts {statement.decision.value} "
-            "decisions.",
-            "Check the draft's current status.",
-            category=Category.CONFLICT,
-        )
+        raise errors.approver_mismatch()
 
 
 def _check_binding(draft: Draft, statement: ApprovalStatement) -> None:
     if statement.revision != draft.revision:
-        raise _refused(
-            "STALE_REVISION",
-            f"The statement is for revision {statement.revision}, but the draft is at "
-            f"revision {draft.revision}; earlier revisions can no longer be approved.",
-            "Fetch the draft again, review the current revision and sign that.",
-            category=Category.CONFLICT,
-        )
+        raise errors.stale_revision(statement.revision, draft.revision)
+    digest = params_sha256(draft.params)
     mismatched = [
         name
         for name, expected in (
             ("action", draft.action),
             ("contract_version", draft.contract_version),
-            ("params_sha256", params_sha256(draft.params)),
+            ("params_sha256", digest),
         )
         if getattr(statement, name) != expected
     ]
-    if mismatched or draft.params_sha256 != params_sha256(draft.params):
-        raise _refused(
-            "STATEMENT_MISMATCH",
-            "The statement does not match the draft's current revision: "
-            + ", ".join(mismatched or ["params_sha256"])
-            + ".",
-            "Fetch the draft again and sign the statement for what it shows.",
-            category=Category.CONFLICT,
-        )
+    if mismatched or draft.params_sha256 != digest:
+        raise errors.statement_mismatch(mismatched or ["params_sha256"])
 
 
 def _check_freshness(statement: ApprovalStatement, *, now: datetime, skew_seconds: int) -> None:
     issued_at = datetime.fromisoformat(statement.issued_at.replace("Z", "+00:00"))
     if abs(now - issued_at) > timedelta(seconds=skew_seconds):
-        raise _refused(
-            "STATEMENT_STALE",
-            f"issued_at {statement.issued_at} is more than {skew_seconds} s away from "
-            "the server's clock.",
-            "Sign a fresh statement now (and check your clock).",
-            category=Category.CONFLICT,
-        )
-
-
-def _set_status(
-    session: Session,
-    draft: Draft,
-    status: DraftStatus,
-    *,
-    now: datetime,
-    actor: str,
-    trace_id: str | None,
-    reason: str | None = None,
-    data: dict[str, object] | None = None,
-) -> None:
-    draft.status = status.value
-    draft.status_reason = reason
-    draft.updated_at = now
-    if status not in (DraftStatus.PROPOSED, DraftStatus.APPROVED):
-        draft.open_dedupe_key = None
-    session.add(draft)
-    session.flush()
-    audit.record(
-        session,
-        tenant=draft.tenant,
-        actor=actor,
-        type=f"draft.{status.value}",
-        draft_id=draft.id,
-        trace_id=trace_id,
-        data={"revision": draft.revision, "reason": reason, **(data or {})},
-    )
-
-
-def _refused(
-    code: str,
-    message: str,
-    suggested_action: str,
-    *,
-    category: Category = Category.PERMISSION_DENIED,
-) -> DomainError:
-    return DomainError(code, category, message, suggested_action=suggested_action)
+        raise errors.statement_stale(statement.issued_at, skew_seconds)

@@ -6,7 +6,8 @@ from typing import Any
 from sqlalchemy import JSON, Column, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-from service.sql import UTCDateTime
+from service.approvals.schemas import Decision
+from service.sql import EnumText, UTCDateTime
 
 
 class Approval(SQLModel, table=True):
@@ -23,7 +24,7 @@ class Approval(SQLModel, table=True):
     revision: int
     approver: str = Field(max_length=128)
     key_id: str = Field(max_length=64)
-    decision: str = Field(max_length=16)  # approve | reject
+    decision: Decision = Field(sa_column=Column(EnumText(Decision), nullable=False))
     reason: str | None = Field(default=None, max_length=2000)
     params_sha256: str = Field(max_length=64)
     # The statement exactly as signed, and its signature, so the worker can re-verify.

@@ -6,7 +6,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from service.validation import StrictInput
 
@@ -37,6 +37,17 @@ class ApprovalStatement(StrictInput):
     )
     reason: str | None = Field(default=None, min_length=1, max_length=2000)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_omitted(cls, data: Any) -> Any:
+        # Overrides StrictInput's: these are the signed bytes, and JCS spells a null member,
+        # so a statement must say exactly what it says. A null is refused, not dropped.
+        if isinstance(data, dict):
+            nulls = sorted(str(key) for key, value in data.items() if value is None)
+            if nulls:
+                raise ValueError(f"null is not a value of a signed statement: {', '.join(nulls)}")
+        return data
+
     @field_validator("issued_at")
     @classmethod
     def _real_moment(cls, value: str) -> str:
@@ -66,18 +77,6 @@ class ApprovalRequest(StrictInput):
     signature: str = Field(
         pattern=r"^[A-Za-z0-9_-]{86}$", description="base64url (no padding) of the signature."
     )
-
-
-class ApprovalView(BaseModel):
-    approval_id: str
-    revision: int
-    approver: str
-    key_id: str
-    decision: Decision
-    reason: str | None
-    issued_at: str
-    recorded_at: datetime
-    counts: bool = Field(description="Whether it counts toward the current revision's quorum.")
 
 
 def build_statement(

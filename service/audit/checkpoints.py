@@ -17,10 +17,10 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlmodel import Session, col, select
 
+from service.audit import errors
 from service.audit.models import AuditCheckpoint, AuditHead
 from service.canonical import canonical_json
 from service.config import Settings
-from service.errors import Category, DomainError
 from service.signing import (
     generate_private_key,
     key_id_for,
@@ -49,13 +49,7 @@ def load_key(path: Path) -> Ed25519PrivateKey:
     try:
         return load_private_key(path)
     except FileNotFoundError:
-        raise DomainError(
-            "CHECKPOINT_KEY_MISSING",
-            Category.PRECONDITION_FAILED,
-            f"No checkpoint key at {path}.",
-            suggested_action="Create one with `draftgate audit checkpoint-key --generate` and "
-            "give auditors its public key.",
-        ) from None
+        raise errors.checkpoint_key_missing(path) from None
 
 
 def trusted_public_key(settings: Settings) -> str | None:

@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from collections.abc import Iterator
 
 from sqlalchemy import Engine
 from sqlmodel import Session
 
 from service.audit import actions, checkpoints, repository
+from service.audit.chain import hash_body
+from service.audit.models import AuditEvent
 from service.audit.schemas import MAX_PAGE, CheckpointList, EventFilter, EventPage, EventView
 from service.audit.verification import Verification
 from service.config import Settings
+from service.cursors import CursorCodec
 from service.db import read_scope
-from service.errors import invalid_argument
 from service.principal import Principal, Role
 from service.signing import key_id_for
+
+CURSOR_KIND = "audit.events"
 
 
 def list_events(
@@ -25,18 +26,19 @@ def list_events(
     principal: Principal,
     filters: EventFilter,
     *,
+    cursors: CursorCodec,
     cursor: str | None,
     limit: int,
 ) -> EventPage:
     principal.require(Role.AUDITOR)
     limit = max(1, min(limit, MAX_PAGE))
-    after = decode_cursor(cursor) if cursor else 0
+    after = _after_seq(cursors, cursor) if cursor else 0
     rows = repository.page(session, principal.tenant, filters, after_seq=after, limit=limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
     return EventPage(
-        events=[EventView.of(event) for event in rows],
-        next_cursor=encode_cursor(rows[-1].seq) if more else None,
+        events=[_view(event) for event in rows],
+        next_cursor=cursors.encode(CURSOR_KIND, [rows[-1].seq]) if more else None,
     )
 
 
@@ -47,7 +49,7 @@ def export_lines(engine: Engine, tenant: str, filters: EventFilter) -> Iterator[
     """
     with read_scope(engine) as session:
         for event in repository.stream(session, tenant, filters):
-            yield EventView.of(event).model_dump_json() + "\n"
+            yield _view(event).model_dump_json() + "\n"
 
 
 def authorize_export(session: Session, principal: Principal, filters: EventFilter) -> None:
@@ -83,16 +85,11 @@ def list_checkpoints(session: Session, principal: Principal, settings: Settings)
     )
 
 
-def encode_cursor(seq: int) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"after": seq}).encode()).rstrip(b"=").decode()
+def _view(event: AuditEvent) -> EventView:
+    """An event exactly as hashed, plus its hash."""
+    return EventView(**hash_body(event), hash=event.hash)
 
 
-def decode_cursor(cursor: str) -> int:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        after = json.loads(raw)["after"]
-    except (ValueError, TypeError, KeyError, binascii.Error):
-        raise invalid_argument("The cursor is not one this API returned.") from None
-    if not isinstance(after, int) or isinstance(after, bool) or not 0 <= after < 2**63:
-        raise invalid_argument("The cursor is not one this API returned.")
-    return after
+def _after_seq(cursors: CursorCodec, cursor: str) -> int:
+    (after,) = cursors.decode(CURSOR_KIND, cursor)
+    return int(after)

@@ -7,8 +7,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from service.audit.models import AuditEvent
-
 MAX_PAGE = 500
 
 
@@ -26,12 +24,6 @@ class EventView(BaseModel):
     data: dict[str, Any]
     prev_hash: str
     hash: str
-
-    @classmethod
-    def of(cls, event: AuditEvent) -> EventView:
-        from service.audit.chain import hash_body
-
-        return cls(**hash_body(event), hash=event.hash)
 
 
 class EventFilter(BaseModel):
@@ -73,6 +65,22 @@ class EventPage(BaseModel):
         description="Opaque; pass it back to continue after the last event of this page. "
         "Stable while new events are appended."
     )
+
+
+class ChainHead(BaseModel):
+    seq: int
+    hash: str
+
+
+class VerificationReport(BaseModel):
+    """The result of verifying a tenant's chain (and its signed checkpoints)."""
+
+    ok: bool
+    events_checked: int
+    head: ChainHead
+    first_bad_seq: int | None = Field(description="The first event that does not verify.")
+    problem: str | None
+    checkpoints_checked: int
 
 
 class CheckpointList(BaseModel):

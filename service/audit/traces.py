@@ -14,11 +14,10 @@ from typing import Any
 from sqlmodel import Session
 
 from service.approvals import repository as approvals_repository
-from service.audit import repository
+from service.audit import errors, repository
 from service.audit.models import AuditEvent
 from service.audit.schemas import EventFilter, TraceStep, TraceView
 from service.drafts import repository as drafts_repository
-from service.errors import Category, DomainError
 from service.executions import repository as executions_repository
 from service.principal import Principal, Role
 from service.sql import rfc3339
@@ -34,12 +33,7 @@ def trace(session: Session, principal: Principal, trace_id: str) -> TraceView:
     events = {e.seq: e for e in direct}
     events.update({e.seq: e for e in repository.for_drafts(session, tenant, draft_ids)})
     if not events:
-        raise DomainError(
-            "TRACE_UNAVAILABLE",
-            Category.UNAVAILABLE,
-            "No events carry that trace id.",
-            suggested_action="Check the trace id (32 hex digits) from the draft or the audit log.",
-        )
+        raise errors.trace_unavailable()
     steps = [_step(events[seq]) for seq in sorted(events)]
     return TraceView(
         trace_id=trace_id,

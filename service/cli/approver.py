@@ -15,14 +15,13 @@ import typer
 from service.approvals.schemas import Decision, build_statement
 from service.canonical import canonical_json, params_sha256
 from service.cli.client import ApiClient, ApiProblem, ApiUrlOption, TokenOption
-from service.cli.common import fail, print_json, print_table
+from service.cli.common import JsonOption, fail, print_json, print_table
 from service.signing import key_id_for, load_private_key, public_key_b64, sign
 from service.sql import rfc3339_seconds, utcnow
 
 drafts_app = typer.Typer(help="Review drafts.", no_args_is_help=True)
 executions_app = typer.Typer(help="Inspect executions.", no_args_is_help=True)
 
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 KeyOption = Annotated[Path, typer.Option("--key", help="Your Ed25519 private key (PKCS#8 PEM).")]
 # What the signature binds and we can check ourselves (the approver is who the token is).
 BOUND_FIELDS = ("tenant", "draft_id", "revision", "action", "contract_version", "params_sha256")

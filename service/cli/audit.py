@@ -21,18 +21,21 @@ from service.audit.offline import ExportError, read_checkpoints, verify_export
 from service.audit.verification import Verification
 from service.cli.approver import checked_call
 from service.cli.client import ApiClient, ApiUrlOption, TokenOption
-from service.cli.common import fail, print_json, print_table, runtime
+from service.cli.common import (
+    JsonOption,
+    TenantOption,
+    fail,
+    print_json,
+    print_table,
+    runtime,
+    tenant_or_default,
+)
 from service.config import get_settings
 from service.db import read_scope, session_scope
 from service.signing import key_id_for, parse_public_key, public_key_b64
 from service.sql import utcnow
 
 app = typer.Typer(help="Query, export and verify the audit log.", no_args_is_help=True)
-
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
-TenantOption = Annotated[
-    str | None, typer.Option(help="Tenant, for operators (default: DRAFTGATE_DEFAULT_TENANT).")
-]
 
 
 @app.command("events")
@@ -166,7 +169,7 @@ def verify(
         with read_scope(rt.engine) as session:
             result = audit.verify(
                 session,
-                tenant or get_settings().default_tenant,
+                tenant_or_default(tenant),
                 checkpoint_public_key=checkpoints.trusted_public_key(rt.settings),
             )
     _print_verdict(result, as_json)

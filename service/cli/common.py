@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from sqlmodel import Session
@@ -17,6 +17,15 @@ from service.runtime import Runtime, build_runtime
 
 OPERATOR = "operator:cli"
 T = TypeVar("T")
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+TenantOption = Annotated[
+    str | None, typer.Option(help="Tenant (default: DRAFTGATE_DEFAULT_TENANT).")
+]
+
+
+def tenant_or_default(tenant: str | None) -> str:
+    return tenant or get_settings().default_tenant
 
 
 def runtime() -> Runtime:

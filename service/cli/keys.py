@@ -8,15 +8,20 @@ from typing import Annotated
 
 import typer
 
-from service.cli.common import OPERATOR, as_operator, fail, print_json, print_table
-from service.config import get_settings
+from service.cli.common import (
+    OPERATOR,
+    JsonOption,
+    TenantOption,
+    as_operator,
+    fail,
+    print_json,
+    print_table,
+    tenant_or_default,
+)
 from service.keys import actions as keys
 from service.signing import generate_private_key, key_id_for, public_key_b64, write_private_key
 
 app = typer.Typer(help="Generate, register, revoke and list approver keys.", no_args_is_help=True)
-TenantOption = Annotated[
-    str | None, typer.Option(help="Tenant (default: DRAFTGATE_DEFAULT_TENANT).")
-]
 
 
 @app.command("generate")
@@ -46,7 +51,7 @@ def register(
     info = as_operator(
         lambda session: keys.register(
             session,
-            tenant=tenant or get_settings().default_tenant,
+            tenant=tenant_or_default(tenant),
             approver=approver,
             public_key=public_key,
             label=label,
@@ -62,7 +67,7 @@ def revoke(key_id: str, tenant: TenantOption = None) -> None:
     info = as_operator(
         lambda session: keys.revoke(
             session,
-            tenant=tenant or get_settings().default_tenant,
+            tenant=tenant_or_default(tenant),
             key_id=key_id,
             actor=OPERATOR,
         )
@@ -74,13 +79,11 @@ def revoke(key_id: str, tenant: TenantOption = None) -> None:
 def list_keys(
     tenant: TenantOption = None,
     approver: Annotated[str | None, typer.Option(help="Only this approver's keys.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """List registered keys."""
     infos = as_operator(
-        lambda session: keys.list_keys(
-            session, tenant=tenant or get_settings().default_tenant, approver=approver
-        )
+        lambda session: keys.list_keys(session, tenant=tenant_or_default(tenant), approver=approver)
     )
     if as_json:
         print_json([info.model_dump(mode="json") for info in infos])

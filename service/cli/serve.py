@@ -48,7 +48,7 @@ def serve_mcp(
         import anyio
 
         from mcp_adapter.auth import authenticate_for_mcp
-        from mcp_adapter.server import create_mcp_server
+        from mcp_adapter.server import run_stdio
         from service.errors import DomainError
         from service.tracing import new_trace_id
 
@@ -60,7 +60,7 @@ def serve_mcp(
         except DomainError as error:
             typer.echo(f"error: {error.message}", err=True)
             raise typer.Exit(code=1) from None
-        anyio.run(create_mcp_server(runtime, stdio_token=token).run_stdio_async)
+        anyio.run(run_stdio, runtime, token)
         return
     import uvicorn
 

@@ -6,16 +6,19 @@ from typing import Annotated
 
 import typer
 
-from service.cli.common import OPERATOR, as_operator, print_json, print_table
-from service.config import get_settings
+from service.cli.common import (
+    OPERATOR,
+    JsonOption,
+    TenantOption,
+    as_operator,
+    print_json,
+    print_table,
+    tenant_or_default,
+)
 from service.principal import Role
 from service.tokens import actions as tokens
 
 app = typer.Typer(help="Issue, revoke and list bearer tokens.", no_args_is_help=True)
-
-TenantOption = Annotated[
-    str | None, typer.Option(help="Tenant (default: DRAFTGATE_DEFAULT_TENANT).")
-]
 
 
 @app.command("issue")
@@ -27,18 +30,18 @@ def issue(
     ] = None,
     label: Annotated[str, typer.Option(help="A note to recognise the token by.")] = "",
     tenant: TenantOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Issue a token. The secret is printed once and stored only as a hash."""
     issued = as_operator(
         lambda session: tokens.issue(
             session,
-            tenant=tenant or get_settings().default_tenant,
+            tenant=tenant_or_default(tenant),
             subject=subject,
             role=role,
             on_behalf_of=on_behalf_of,
             label=label,
-            issued_by=OPERATOR,
+            actor=OPERATOR,
         )
     )
     if as_json:
@@ -55,9 +58,9 @@ def revoke(token_id: str, tenant: TenantOption = None) -> None:
     info = as_operator(
         lambda session: tokens.revoke(
             session,
-            tenant=tenant or get_settings().default_tenant,
+            tenant=tenant_or_default(tenant),
             token_id=token_id,
-            revoked_by=OPERATOR,
+            actor=OPERATOR,
         )
     )
     typer.echo(f"revoked {info.token_id} ({info.role.value} {info.subject})")
@@ -66,11 +69,11 @@ def revoke(token_id: str, tenant: TenantOption = None) -> None:
 @app.command("list")
 def list_tokens(
     tenant: TenantOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """List a tenant's tokens (never their secrets)."""
     infos = as_operator(
-        lambda session: tokens.list_tokens(session, tenant=tenant or get_settings().default_tenant)
+        lambda session: tokens.list_tokens(session, tenant=tenant_or_default(tenant))
     )
     if as_json:
         print_json([info.model_dump(mode="json") for info in infos])

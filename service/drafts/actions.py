@@ -1,33 +1,47 @@
-"""Draft use cases: propose (create, revise, replay), read, and expire."""
+"""Draft use cases for agents: propose (create, revise, replay) and read their own drafts."""
 
 from __future__ import annotations
 
 import json
 import secrets
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from pydantic import ValidationError
 from sqlmodel import Session
 
-from service.actions.base import ActionContext, WriteAction
 from service.approvals import repository as approvals
 from service.audit import actions as audit
 from service.canonical import canonical_json, params_sha256, sha256_hex
-from service.drafts import repository
-from service.drafts.models import OPEN_STATUSES, Draft, DraftRevision, DraftStatus, IdempotencyKey
+from service.drafts import errors, repository
+from service.drafts.models import Draft, DraftRevision, DraftStatus, IdempotencyKey
 from service.drafts.schemas import AgentDraftView, agent_view
-from service.errors import Category, DomainError
+from service.drafts.state import expire_if_due
 from service.executions import repository as executions
 from service.policies.actions import resolve
 from service.policies.schemas import AppliedPolicy, PolicyConfig
 from service.principal import Principal, Role
+from service.registry.base import ActionContext, WriteAction
 from service.validation import StrictInput
 
 
 def new_draft_id() -> str:
     return "dft_" + secrets.token_hex(16)
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One propose call, validated: what would be written, and under which policy."""
+
+    action: WriteAction
+    fields: dict[str, Any]  # the Draft columns a revision sets
+    policy: AppliedPolicy
+
+    @property
+    def params_sha256(self) -> str:
+        return str(self.fields["params_sha256"])
 
 
 def propose(
@@ -46,35 +60,67 @@ def propose(
     validation runs before any draft is written, so a refused proposal leaves
     nothing behind (the unit of work rolls back, the key claim included).
     """
-    session, principal = ctx.session, ctx.principal
-    principal.require(Role.AGENT)
+    ctx.principal.require(Role.AGENT)
     params_json = params.model_dump(mode="json", exclude_none=True)
-    digest = params_sha256(params_json)
     target_id = draft_id or new_draft_id()
-
     claim: IdempotencyKey | None = None
     if idempotency_key is not None:
-        request_sha256 = sha256_hex(canonical_json({"params": params_json, "draft_id": draft_id}))
-        claim = IdempotencyKey(
-            tenant=principal.tenant,
-            agent=principal.subject,
-            on_behalf_of=principal.on_behalf_of or "",
-            action=action.name,
-            key=idempotency_key,
-            request_sha256=request_sha256,
-            draft_id=target_id,
-            created_at=ctx.now,
-            expires_at=ctx.now + timedelta(seconds=ctx.settings.idempotency_retention_seconds),
-        )
-        held = repository.claim_idempotency_key(session, claim, now=ctx.now)
-        if held is not None:
-            if held.request_sha256 != request_sha256:
-                raise _key_reused()
-            earlier = repository.get(session, principal.tenant, held.draft_id)
-            assert earlier is not None, "an idempotency key never outlives its draft"
-            expire_if_due(session, earlier, now=ctx.now)
-            return view(session, action, earlier, replayed=True)
+        claimed = _claim_key(ctx, action, idempotency_key, params_json, draft_id, target_id)
+        if isinstance(claimed, Draft):
+            return view(ctx.session, action, claimed, replayed=True)
+        claim = claimed
+    proposal = _validate(ctx, action, params, params_json, policies)
+    if draft_id is not None:
+        draft, replayed = _revise(ctx, draft_id, proposal)
+    else:
+        draft, replayed = _create(ctx, target_id, proposal, idempotency_key)
+    if claim is not None and draft.id != target_id:
+        # An identical open draft was returned instead: the key refers to that one.
+        repository.repoint_idempotency_key(ctx.session, claim, draft.id)
+    return view(ctx.session, action, draft, replayed=replayed)
 
+
+def _claim_key(
+    ctx: ActionContext,
+    action: WriteAction,
+    key: str,
+    params_json: dict[str, Any],
+    draft_id: str | None,
+    target_id: str,
+) -> IdempotencyKey | Draft:
+    """Claim the key for this request, or return the draft an earlier identical request made."""
+    principal = ctx.principal
+    request_sha256 = sha256_hex(canonical_json({"params": params_json, "draft_id": draft_id}))
+    claim = IdempotencyKey(
+        tenant=principal.tenant,
+        agent=principal.subject,
+        on_behalf_of=principal.on_behalf_of or "",
+        action=action.name,
+        key=key,
+        request_sha256=request_sha256,
+        draft_id=target_id,
+        created_at=ctx.now,
+        expires_at=ctx.now + timedelta(seconds=ctx.settings.idempotency_retention_seconds),
+    )
+    held = repository.claim_idempotency_key(ctx.session, claim, now=ctx.now)
+    if held is None:
+        return claim
+    if held.request_sha256 != request_sha256:
+        raise errors.idempotency_key_reused()
+    earlier = repository.get(ctx.session, principal.tenant, held.draft_id)
+    assert earlier is not None, "an idempotency key never outlives its draft"
+    expire_if_due(ctx.session, earlier, now=ctx.now)
+    return earlier
+
+
+def _validate(
+    ctx: ActionContext,
+    action: WriteAction,
+    params: StrictInput,
+    params_json: dict[str, Any],
+    policies: dict[str, PolicyConfig],
+) -> Proposal:
+    """Business validation against current state, and the policy its amount falls under."""
     preview = action.validate(ctx, params)
     policy = resolve(
         policies,
@@ -84,33 +130,23 @@ def propose(
     )
     fields: dict[str, Any] = {
         "params": params_json,
-        "params_sha256": digest,
+        "params_sha256": params_sha256(params_json),
         "summary": preview.summary,
         "amount_minor": preview.amount.amount_minor if preview.amount else None,
         "currency": preview.amount.currency if preview.amount else None,
         "risk": preview.risk.value,
         "policy": policy.model_dump(),
+        "approvals_required": policy.approvals_required,
+        "expires_at": ctx.now + timedelta(seconds=policy.ttl_seconds),
     }
-    if draft_id is not None:
-        draft, replayed = _revise(ctx, action, draft_id, fields, policy)
-    else:
-        draft, replayed = _create(ctx, action, target_id, fields, policy, idempotency_key)
-    if claim is not None and draft.id != target_id:
-        # An identical open draft was returned instead: the key refers to that one.
-        repository.repoint_idempotency_key(session, claim, draft.id)
-    return view(session, action, draft, replayed=replayed)
+    return Proposal(action=action, fields=fields, policy=policy)
 
 
 def _create(
-    ctx: ActionContext,
-    action: WriteAction,
-    draft_id: str,
-    fields: dict[str, Any],
-    policy: AppliedPolicy,
-    idempotency_key: str | None,
+    ctx: ActionContext, draft_id: str, proposal: Proposal, idempotency_key: str | None
 ) -> tuple[Draft, bool]:
-    session, principal = ctx.session, ctx.principal
-    dedupe_key = _dedupe_key(principal, action.name, fields["params_sha256"])
+    session, principal, action = ctx.session, ctx.principal, proposal.action
+    dedupe_key = _dedupe_key(principal, action.name, proposal.params_sha256)
     existing = repository.by_open_dedupe_key(session, dedupe_key)
     if existing is not None and not expire_if_due(session, existing, now=ctx.now):
         return existing, True
@@ -120,76 +156,47 @@ def _create(
         action=action.name,
         contract_version=action.contract_version,
         revision=1,
-        approvals_required=policy.approvals_required,
         proposed_by=principal.subject,
         on_behalf_of=principal.on_behalf_of,
         trace_id=ctx.trace_id,
         idempotency_key=idempotency_key,
-        status=DraftStatus.PROPOSED.value,
+        status=DraftStatus.PROPOSED,
         open_dedupe_key=dedupe_key,
         created_at=ctx.now,
         updated_at=ctx.now,
-        expires_at=ctx.now + timedelta(seconds=policy.ttl_seconds),
-        **fields,
+        **proposal.fields,
     )
     if not repository.insert_draft_unless_duplicate(session, draft):
         # A concurrent identical proposal committed first: return that one.
         winner = repository.by_open_dedupe_key(session, dedupe_key)
         assert winner is not None
         return winner, True
-    created = repository.get(session, principal.tenant, draft_id)
-    assert created is not None
-    _record_revision(ctx, created, event="draft.proposed")
-    return created, False
+    _record_revision(ctx, draft, event="draft.proposed")
+    return draft, False
 
 
-def _revise(
-    ctx: ActionContext,
-    action: WriteAction,
-    draft_id: str,
-    fields: dict[str, Any],
-    policy: AppliedPolicy,
-) -> tuple[Draft, bool]:
-    session, principal = ctx.session, ctx.principal
+def _revise(ctx: ActionContext, draft_id: str, proposal: Proposal) -> tuple[Draft, bool]:
+    session, principal, action = ctx.session, ctx.principal, proposal.action
     draft = repository.get(session, principal.tenant, draft_id, for_update=True)
     if draft is None or not _proposed_by(draft, principal):
-        raise draft_unavailable()
+        raise errors.draft_unavailable()
     if draft.action != action.name:
-        raise DomainError(
-            "DRAFT_ACTION_MISMATCH",
-            Category.CONFLICT,
-            f"Draft {draft.id} proposes {draft.action}; a draft's action can never change.",
-            suggested_action=f"Revise it with propose_{draft.action}, or propose a new draft "
-            "without draft_id.",
-        )
-    if expire_if_due(session, draft, now=ctx.now) or draft.status != DraftStatus.PROPOSED:
-        raise DomainError(
-            "DRAFT_NOT_REVISABLE",
-            Category.CONFLICT,
-            f"Draft {draft.id} is {draft.status}; only a draft still waiting for approval "
-            "can be revised.",
-            suggested_action="Propose a new draft without draft_id if the change is still wanted.",
-        )
-    if fields["params_sha256"] == draft.params_sha256:
+        raise errors.draft_action_mismatch(draft.id, draft.action)
+    if expire_if_due(session, draft, now=ctx.now) or draft.status is not DraftStatus.PROPOSED:
+        raise errors.draft_not_revisable(draft.id, draft.status.value)
+    if proposal.params_sha256 == draft.params_sha256:
         return draft, True  # nothing changed: the same revision stands
-    dedupe_key = _dedupe_key(principal, action.name, fields["params_sha256"])
+    dedupe_key = _dedupe_key(principal, action.name, proposal.params_sha256)
     twin = repository.by_open_dedupe_key(session, dedupe_key)
     if twin is not None and not expire_if_due(session, twin, now=ctx.now):
-        raise DomainError(
-            "DUPLICATE_OPEN_DRAFT",
-            Category.CONFLICT,
-            f"Draft {twin.id} already proposes exactly these arguments and is still open.",
-            suggested_action=f"Use draft {twin.id} instead of revising this one.",
-            details={"draft_id": twin.id},
-        )
-    for name, value in fields.items():
+        raise errors.duplicate_open_draft(twin.id)
+    # A revision is not a change of status: the draft stays proposed, with a new digest.
+    for name, value in proposal.fields.items():
         setattr(draft, name, value)
     draft.revision += 1
-    draft.approvals_required = policy.approvals_required
     draft.open_dedupe_key = dedupe_key
     draft.trace_id = ctx.trace_id or draft.trace_id
     draft.updated_at = ctx.now
-    draft.expires_at = ctx.now + timedelta(seconds=policy.ttl_seconds)
     session.add(draft)
     session.flush()
     _record_revision(ctx, draft, event="draft.revised")
@@ -243,7 +250,7 @@ def get_for_agent(
     """A draft proposed for the same end user as the caller's; anything else is unavailable."""
     draft = repository.get(ctx.session, ctx.principal.tenant, draft_id)
     if draft is None or not _proposed_for_same_user(draft, ctx.principal):
-        raise draft_unavailable()
+        raise errors.draft_unavailable()
     expire_if_due(ctx.session, draft, now=ctx.now)
     return view(ctx.session, writes.get(draft.action), draft)
 
@@ -269,49 +276,6 @@ def masked_params(action: WriteAction | None, params: dict[str, Any]) -> dict[st
         return action.masked(action.Input.model_validate_json(json.dumps(params)))
     except ValidationError:
         return {}
-
-
-def expire_if_due(session: Session, draft: Draft, *, now: datetime) -> bool:
-    """Mark an open draft past its ``expires_at`` as expired (deny by default). True if expired."""
-    if draft.status == DraftStatus.EXPIRED:
-        return True
-    if DraftStatus(draft.status) not in OPEN_STATUSES or now < draft.expires_at:
-        return False
-    draft.status = DraftStatus.EXPIRED.value
-    draft.status_reason = "it was not approved and executed before it expired"
-    draft.open_dedupe_key = None
-    draft.updated_at = now
-    session.add(draft)
-    session.flush()
-    audit.record(
-        session,
-        tenant=draft.tenant,
-        actor="system:expiry",
-        type="draft.expired",
-        draft_id=draft.id,
-        data={"revision": draft.revision, "expired_at": draft.expires_at.isoformat()},
-    )
-    return True
-
-
-def draft_unavailable() -> DomainError:
-    return DomainError(
-        "DRAFT_UNAVAILABLE",
-        Category.UNAVAILABLE,
-        "No draft with that id is available to you.",
-        suggested_action="Check the draft_id returned by the propose call; do not guess ids.",
-    )
-
-
-def _key_reused() -> DomainError:
-    return DomainError(
-        "IDEMPOTENCY_KEY_REUSED",
-        Category.CONFLICT,
-        "This idempotency key was already used for a different request.",
-        retryable=False,
-        suggested_action="Use a new idempotency key for a different request; reuse a key only "
-        "to retry exactly the same call.",
-    )
 
 
 def _dedupe_key(principal: Principal, action: str, digest: str) -> str:

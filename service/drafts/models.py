@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import JSON, Column, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-from service.sql import BigInt, UTCDateTime
+from service.sql import BigInt, EnumText, UTCDateTime
 
 
 class DraftStatus(StrEnum):
@@ -25,6 +25,9 @@ class DraftStatus(StrEnum):
 
 # Drafts that may still change the world: an identical proposal returns them.
 OPEN_STATUSES = frozenset({DraftStatus.PROPOSED, DraftStatus.APPROVED})
+FINAL_STATUSES = frozenset(
+    {DraftStatus.SUCCEEDED, DraftStatus.FAILED, DraftStatus.REJECTED, DraftStatus.EXPIRED}
+)
 
 
 class Draft(SQLModel, table=True):
@@ -51,7 +54,7 @@ class Draft(SQLModel, table=True):
     on_behalf_of: str | None = Field(default=None, max_length=128)
     trace_id: str | None = Field(default=None, max_length=32, index=True)
     idempotency_key: str | None = Field(default=None, max_length=255)
-    status: str = Field(max_length=16)
+    status: DraftStatus = Field(sa_column=Column(EnumText(DraftStatus), nullable=False))
     status_reason: str | None = Field(default=None, max_length=2000)
     # sha256(tenant, proposer, action, params) while the draft is open, else NULL:
     # the unique index makes "no duplicate open proposal" atomic.

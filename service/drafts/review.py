@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from datetime import datetime
+from typing import Any
 
 from sqlmodel import Session
 
 from service.approvals import repository as approvals_repository
 from service.approvals.actions import approval_problem, statement_to_sign
+from service.approvals.models import Approval
+from service.approvals.schemas import Decision
 from service.canonical import params_sha256
+from service.cursors import CursorCodec
 from service.drafts import repository
-from service.drafts.actions import draft_unavailable, expire_if_due
+from service.drafts.errors import draft_unavailable
 from service.drafts.models import Draft, DraftStatus
 from service.drafts.schemas import (
     ApprovalProgress,
+    DraftApproval,
     DraftDetail,
     DraftPage,
     DraftSummary,
@@ -25,18 +27,21 @@ from service.drafts.schemas import (
     RevisionView,
     amount_of,
 )
+from service.drafts.state import expire_if_due
 from service.errors import invalid_argument
 from service.executions import repository as executions_repository
 from service.keys import repository as keys_repository
 from service.principal import Principal, Role
 
 MAX_PAGE = 100
+CURSOR_KIND = "drafts"
 
 
 def list_drafts(
     session: Session,
     principal: Principal,
     *,
+    cursors: CursorCodec,
     status: DraftStatus | None = None,
     action: str | None = None,
     cursor: str | None = None,
@@ -51,16 +56,21 @@ def list_drafts(
     rows = repository.page(
         session,
         principal.tenant,
-        status=status.value if status else None,
+        status=status,
         action=action,
-        after=_decode(cursor) if cursor else None,
+        after=_position(cursors, cursor) if cursor else None,
         limit=limit + 1,
     )
     more = len(rows) > limit
     rows = rows[:limit]
+    counts = approvals_repository.approval_counts(session, {d.id: d.revision for d in rows})
     return DraftPage(
-        drafts=[_summary(session, draft) for draft in rows],
-        next_cursor=_encode(rows[-1]) if more and rows else None,
+        drafts=[_summary(draft, counts[draft.id]) for draft in rows],
+        next_cursor=(
+            cursors.encode(CURSOR_KIND, [rows[-1].created_at.isoformat(), rows[-1].id])
+            if more and rows
+            else None
+        ),
     )
 
 
@@ -72,35 +82,14 @@ def get_detail(
     if draft is None:
         raise draft_unavailable()
     expire_if_due(session, draft, now=now)
-    digest = params_sha256(draft.params)
-    approvals = []
-    for approval in approvals_repository.for_draft(session, draft.id):
-        key = keys_repository.get(session, draft.tenant, approval.key_id)
-        current = approval.revision == draft.revision
-        problem = approval_problem(approval, draft, key, digest=digest) if current else None
-        approvals.append(
-            {
-                "approval_id": approval.id,
-                "revision": approval.revision,
-                "approver": approval.approver,
-                "key_id": approval.key_id,
-                "decision": approval.decision,
-                "reason": approval.reason,
-                "issued_at": approval.statement.get("issued_at"),
-                "recorded_at": approval.created_at,
-                "counts": current and problem is None and approval.decision == "approve",
-                "problem": problem if current else "signed an earlier revision",
-            }
-        )
     execution = executions_repository.for_draft(session, draft.id)
-    open_for_approval = draft.status == DraftStatus.PROPOSED
     return DraftDetail(
         draft_id=draft.id,
         tenant=draft.tenant,
         action=draft.action,
         contract_version=draft.contract_version,
         revision=draft.revision,
-        status=DraftStatus(draft.status),
+        status=draft.status,
         status_reason=draft.status_reason,
         params=draft.params,
         params_sha256=draft.params_sha256,
@@ -114,7 +103,7 @@ def get_detail(
         created_at=draft.created_at,
         updated_at=draft.updated_at,
         expires_at=draft.expires_at,
-        approvals=approvals,
+        approvals=_approvals(session, draft),
         revisions=[
             RevisionView(
                 revision=r.revision,
@@ -129,42 +118,60 @@ def get_detail(
         else None,
         statement_to_sign=(
             statement_to_sign(session, principal, draft, now=now)
-            if principal.role is Role.APPROVER and open_for_approval
+            if principal.role is Role.APPROVER and draft.status is DraftStatus.PROPOSED
             else None
         ),
     )
 
 
-def _summary(session: Session, draft: Draft) -> DraftSummary:
+def _approvals(session: Session, draft: Draft) -> list[DraftApproval]:
+    """Every decision ever recorded on the draft, and whether it counts for the current revision."""
+    approvals = approvals_repository.for_draft(session, draft.id)
+    keys = keys_repository.by_ids(session, draft.tenant, {a.key_id for a in approvals})
+    digest = params_sha256(draft.params)
+    return [_approval_view(a, draft, keys.get(a.key_id), digest) for a in approvals]
+
+
+def _approval_view(approval: Approval, draft: Draft, key: Any, digest: str) -> DraftApproval:
+    current = approval.revision == draft.revision
+    problem = (
+        approval_problem(approval, draft, key, digest=digest)
+        if current
+        else "signed an earlier revision"
+    )
+    return DraftApproval(
+        approval_id=approval.id,
+        revision=approval.revision,
+        approver=approval.approver,
+        key_id=approval.key_id,
+        decision=approval.decision,
+        reason=approval.reason,
+        issued_at=str(approval.statement.get("issued_at")),
+        recorded_at=approval.created_at,
+        counts=current and problem is None and approval.decision is Decision.APPROVE,
+        problem=problem,
+    )
+
+
+def _summary(draft: Draft, approvals_received: int) -> DraftSummary:
     return DraftSummary(
         draft_id=draft.id,
         action=draft.action,
-        status=DraftStatus(draft.status),
+        status=draft.status,
         revision=draft.revision,
         summary=draft.summary,
         amount=amount_of(draft),
         risk=draft.risk,
-        approvals=ApprovalProgress(
-            required=draft.approvals_required,
-            received=approvals_repository.count_approvals(session, draft.id, draft.revision),
-        ),
+        approvals=ApprovalProgress(required=draft.approvals_required, received=approvals_received),
         created_at=draft.created_at,
         expires_at=draft.expires_at,
     )
 
 
-def _encode(draft: Draft) -> str:
-    raw = json.dumps([draft.created_at.isoformat(), draft.id]).encode()
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
-def _decode(cursor: str) -> tuple[datetime, str]:
+def _position(cursors: CursorCodec, cursor: str) -> tuple[datetime, str]:
+    position = cursors.decode(CURSOR_KIND, cursor)
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created_at, draft_id = json.loads(raw)
-        moment = datetime.fromisoformat(created_at)
-    except (ValueError, TypeError, binascii.Error):
+        created_at, draft_id = position
+        return datetime.fromisoformat(created_at), str(draft_id)
+    except (TypeError, ValueError):  # pragma: no cover - the MAC says we wrote it
         raise invalid_argument("The cursor is not one this API returned.") from None
-    if moment.tzinfo is None:
-        raise invalid_argument("The cursor is not one this API returned.")
-    return moment, str(draft_id)

@@ -7,7 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.approvals.schemas import Decision
 from service.drafts.models import Draft, DraftStatus
+from service.executions.models import ExecutionStatus
 from service.money import AmountView
 
 DRAFT_ID_PATTERN = r"^dft_[0-9a-f]{32}$"
@@ -57,7 +59,7 @@ def agent_view(
     replayed: bool = False,
     outcome: dict[str, Any] | None = None,
 ) -> AgentDraftView:
-    status = DraftStatus(draft.status)
+    status = draft.status
     message, next_action = _advice(draft, status, approvals_received, outcome)
     return AgentDraftView(
         draft_id=draft.id,
@@ -165,7 +167,22 @@ class RevisionView(BaseModel):
 
 class ExecutionRef(BaseModel):
     execution_id: str
-    status: str
+    status: ExecutionStatus
+
+
+class DraftApproval(BaseModel):
+    """One recorded decision on a draft, and whether it counts for the current revision."""
+
+    approval_id: str
+    revision: int
+    approver: str
+    key_id: str
+    decision: Decision
+    reason: str | None
+    issued_at: str
+    recorded_at: datetime
+    counts: bool = Field(description="Whether it counts toward the current revision's quorum.")
+    problem: str | None = Field(description="Why it does not count, if it does not.")
 
 
 class DraftDetail(BaseModel):
@@ -192,7 +209,7 @@ class DraftDetail(BaseModel):
     created_at: datetime
     updated_at: datetime
     expires_at: datetime
-    approvals: list[dict[str, Any]]
+    approvals: list[DraftApproval]
     revisions: list[RevisionView]
     execution: ExecutionRef | None
     statement_to_sign: dict[str, Any] | None = Field(

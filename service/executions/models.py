@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import JSON, Column, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-from service.sql import BigInt, UTCDateTime
+from service.sql import BigInt, EnumText, UTCDateTime
 
 
 class ExecutionStatus(StrEnum):
@@ -20,6 +20,14 @@ class ExecutionStatus(StrEnum):
 
 
 FINISHED = frozenset({ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED})
+
+
+class AttemptResult(StrEnum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    RETRY = "retry"  # failed transiently; another attempt follows
+    LOST = "lost"  # the worker stopped before recording an outcome
 
 
 class Execution(SQLModel, table=True):
@@ -33,7 +41,7 @@ class Execution(SQLModel, table=True):
     action: str = Field(max_length=64)
     # The key the downstream system deduplicates on: "<draft_id>:<revision>".
     idempotency_key: str = Field(max_length=100)
-    status: str = Field(max_length=16)
+    status: ExecutionStatus = Field(sa_column=Column(EnumText(ExecutionStatus), nullable=False))
     attempts: int = 0
     requested_by: str = Field(max_length=200)
     trace_id: str | None = Field(default=None, max_length=32)
@@ -57,8 +65,7 @@ class ExecutionAttempt(SQLModel, table=True):
     number: int
     started_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
     finished_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime()))
-    # succeeded | failed | retry | refused | running
-    result: str = Field(max_length=16)
+    result: AttemptResult = Field(sa_column=Column(EnumText(AttemptResult), nullable=False))
     detail: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
 
 

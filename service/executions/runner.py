@@ -23,21 +23,21 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
-from service.actions.base import ActionContext, Outcome
 from service.approvals.actions import check_quorum
 from service.db import session_scope
 from service.drafts import repository as drafts_repository
-from service.drafts.models import Draft, DraftStatus
-from service.errors import Category, DomainError
-from service.executions import repository, state
-from service.executions.models import FINISHED, Execution, ExecutionAttempt, ExecutionStatus
+from service.drafts.models import Draft
+from service.errors import DomainError
+from service.executions import errors, repository, state
+from service.executions.models import FINISHED, Execution, ExecutionStatus
 from service.principal import Principal, Role
+from service.registry.base import ActionContext, Outcome
 from service.runtime import Runtime
 from service.sql import utcnow
 
@@ -89,85 +89,81 @@ def run_execution(runtime: Runtime, execution_id: str) -> RunResult:
 
 
 def _claim(runtime: Runtime, execution_id: str) -> Claim | RunResult:
-    settings = runtime.settings
+    """Under the execution's row lock: decide whether this delivery may run an attempt now."""
     with session_scope(runtime.engine) as session:
         execution = repository.get(session, execution_id, for_update=True)
         if execution is None:
             logger.error("execution %s does not exist; dropping the message", execution_id)
             return RunResult("missing")
-        status = ExecutionStatus(execution.status)
-        if status in FINISHED:
-            return RunResult(status.value)
         now = utcnow()
-        if status is ExecutionStatus.RUNNING and _after(execution.lease_expires_at, now):
-            return RunResult(status.value, retry_in=_seconds_until(execution.lease_expires_at, now))
-        if status is ExecutionStatus.QUEUED and _after(execution.next_attempt_at, now):
-            return RunResult(status.value, retry_in=_seconds_until(execution.next_attempt_at, now))
+        wait = _not_now(execution, now)
+        if wait is not None:
+            return wait
         draft = drafts_repository.get(
             session, execution.tenant, execution.draft_id, for_update=True
         )
         problem = _refusal(session, runtime, execution, draft)
         if problem is not None:
-            state.finish(
+            state.fail(
                 session,
                 execution,
                 draft,
-                ExecutionStatus.FAILED,
                 now=now,
-                error={"code": "APPROVALS_UNVERIFIED", "message": problem, "security": True},
+                error={
+                    "code": errors.APPROVALS_UNVERIFIED.code,
+                    "message": problem,
+                    "security": True,
+                },
                 reason="the approvals could not be verified, so nothing was executed",
+                event="security.execution_refused",
+                event_data={"problem": problem},
             )
-            state.record(session, execution, "security.execution_refused", {"problem": problem})
             return RunResult(ExecutionStatus.FAILED.value)
         assert draft is not None
-        took_over = status is ExecutionStatus.RUNNING
-        if took_over:
-            state.close_attempt(
-                session,
-                execution,
-                "lost",
-                now=now,
-                detail={"message": "the worker stopped before recording an outcome"},
-            )
-        execution.attempts += 1
-        execution.status = ExecutionStatus.RUNNING.value
-        execution.lease_expires_at = now + timedelta(seconds=settings.execution_lease_seconds)
-        execution.next_attempt_at = None
-        execution.updated_at = now
-        session.add(execution)
-        session.add(
-            ExecutionAttempt(
-                execution_id=execution.id,
-                number=execution.attempts,
-                started_at=now,
-                result="running",
-            )
-        )
-        state.set_draft(session, draft, DraftStatus.RUNNING, now=now)
-        state.record(
+        took_over = state.start_attempt(
             session,
             execution,
-            "execution.started",
-            {"attempt": execution.attempts, "took_over": took_over},
+            draft,
+            now=now,
+            lease_seconds=runtime.settings.execution_lease_seconds,
         )
-        return Claim(
-            execution_id=execution.id,
-            draft_id=draft.id,
+        return _claim_of(execution, draft, runtime, recovery_only=took_over)
+
+
+def _not_now(execution: Execution, now: datetime) -> RunResult | None:
+    """Nothing to do (finished), or not yet (a live lease, a retry not yet due)."""
+    status = execution.status
+    if status in FINISHED:
+        return RunResult(status.value)
+    if status is ExecutionStatus.RUNNING and _after(execution.lease_expires_at, now):
+        return RunResult(status.value, retry_in=_seconds_until(execution.lease_expires_at, now))
+    if status is ExecutionStatus.QUEUED and _after(execution.next_attempt_at, now):
+        return RunResult(status.value, retry_in=_seconds_until(execution.next_attempt_at, now))
+    return None
+
+
+def _claim_of(
+    execution: Execution, draft: Draft, runtime: Runtime, *, recovery_only: bool
+) -> Claim:
+    return Claim(
+        execution_id=execution.id,
+        draft_id=draft.id,
+        tenant=draft.tenant,
+        action=draft.action,
+        attempt=execution.attempts,
+        idempotency_key=execution.idempotency_key,
+        params=draft.params,
+        proposer=Principal(
             tenant=draft.tenant,
-            action=draft.action,
-            attempt=execution.attempts,
-            idempotency_key=execution.idempotency_key,
-            params=draft.params,
-            proposer=Principal(
-                tenant=draft.tenant,
-                subject=draft.proposed_by,
-                role=Role.AGENT,
-                token_id=f"execution:{execution.id}",
-                on_behalf_of=draft.on_behalf_of,
-            ),
-            trace_id=execution.trace_id,
-            recovery_only=took_over and execution.attempts > settings.execution_max_attempts,
-        )
+            subject=draft.proposed_by,
+            role=Role.AGENT,
+            token_id=f"execution:{execution.id}",
+            on_behalf_of=draft.on_behalf_of,
+        ),
+        trace_id=execution.trace_id,
+        recovery_only=recovery_only
+        and execution.attempts > runtime.settings.execution_max_attempts,
+    )
 
 
 def _refusal(
@@ -198,13 +194,7 @@ def _apply(runtime: Runtime, claim: Claim) -> Outcome:
         if done is not None:
             return done
         if claim.recovery_only:
-            raise DomainError(
-                "ATTEMPTS_EXHAUSTED",
-                Category.PRECONDITION_FAILED,
-                f"The worker stopped {claim.attempt - 1} times before recording an outcome; "
-                "the change was not made and will not be tried again.",
-                suggested_action="Investigate the worker; propose the change again if wanted.",
-            )
+            raise errors.attempts_exhausted(claim.attempt - 1)
         params = action.Input.model_validate_json(json.dumps(claim.params))
         action.validate(ctx, params)
         return action.execute(ctx, params, claim.idempotency_key)
@@ -238,16 +228,11 @@ def _as_domain_error(exc: Exception, claim: Claim) -> DomainError:
             claim.attempt,
             type(exc).__name__,
         )
-        return _transient(f"database error ({type(exc).__name__})")
+        return errors.downstream_unavailable(f"database error ({type(exc).__name__})")
     logger.exception(
         "execution %s attempt %s failed unexpectedly", claim.execution_id, claim.attempt
     )
-    return DomainError(
-        "INTERNAL_ERROR",
-        Category.TRANSIENT,
-        f"The action failed unexpectedly ({type(exc).__name__}).",
-        suggested_action="The worker retries within its attempt limit; then it fails visibly.",
-    )
+    return errors.action_failed(exc)
 
 
 def _record_success(runtime: Runtime, claim: Claim, outcome: Outcome) -> RunResult:
@@ -255,17 +240,13 @@ def _record_success(runtime: Runtime, claim: Claim, outcome: Outcome) -> RunResu
         execution, draft = _current(session, claim)
         if execution is None:
             return RunResult("superseded")
-        now = utcnow()
         result = {"summary": outcome.summary, **outcome.data}
-        state.close_attempt(session, execution, "succeeded", now=now, detail=result)
-        state.finish(session, execution, draft, ExecutionStatus.SUCCEEDED, now=now, outcome=result)
-        state.record(
-            session, execution, "execution.succeeded", {"attempt": claim.attempt, "outcome": result}
-        )
+        state.succeed(session, execution, draft, now=utcnow(), outcome=result)
         return RunResult(ExecutionStatus.SUCCEEDED.value)
 
 
 def _record_failure(runtime: Runtime, claim: Claim, error: DomainError) -> RunResult:
+    """Retry a transient failure within the attempt limit; anything else is final."""
     settings = runtime.settings
     with session_scope(runtime.engine) as session:
         execution, draft = _current(session, claim)
@@ -278,21 +259,7 @@ def _record_failure(runtime: Runtime, claim: Claim, error: DomainError) -> RunRe
                 settings.execution_retry_base_seconds * 2 ** (execution.attempts - 1),
                 settings.execution_retry_max_seconds,
             )
-            state.close_attempt(session, execution, "retry", now=now, detail=detail)
-            execution.status = ExecutionStatus.QUEUED.value
-            execution.lease_expires_at = None
-            execution.next_attempt_at = now + timedelta(seconds=delay)
-            execution.error = detail
-            execution.updated_at = now
-            session.add(execution)
-            if draft is not None:
-                state.set_draft(session, draft, DraftStatus.QUEUED, now=now)
-            state.record(
-                session,
-                execution,
-                "execution.retry_scheduled",
-                {"attempt": claim.attempt, "retry_in_seconds": delay, "error": detail},
-            )
+            state.retry_later(session, execution, draft, now=now, delay=delay, error=detail)
             return RunResult(ExecutionStatus.QUEUED.value, retry_in=delay)
         exhausted = error.retryable
         reason = (
@@ -301,21 +268,15 @@ def _record_failure(runtime: Runtime, claim: Claim, error: DomainError) -> RunRe
             if exhausted
             else error.message
         )
-        state.close_attempt(session, execution, "failed", now=now, detail=detail)
-        state.finish(
+        state.fail(
             session,
             execution,
             draft,
-            ExecutionStatus.FAILED,
             now=now,
             error={**detail, "attempts_exhausted": exhausted},
+            attempt_detail=detail,
             reason=reason,
-        )
-        state.record(
-            session,
-            execution,
-            "execution.failed",
-            {"attempt": claim.attempt, "error": detail, "attempts_exhausted": exhausted},
+            event_data={"attempt": claim.attempt, "error": detail, "attempts_exhausted": exhausted},
         )
         return RunResult(ExecutionStatus.FAILED.value)
 
@@ -331,15 +292,6 @@ def _current(session: Session, claim: Claim) -> tuple[Execution | None, Draft | 
         return None, None
     draft = drafts_repository.get(session, claim.tenant, claim.draft_id, for_update=True)
     return execution, draft
-
-
-def _transient(message: str) -> DomainError:
-    return DomainError(
-        "DOWNSTREAM_UNAVAILABLE",
-        Category.TRANSIENT,
-        message,
-        suggested_action="The worker retries automatically.",
-    )
 
 
 def _after(moment: datetime | None, now: datetime) -> bool:

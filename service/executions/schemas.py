@@ -5,8 +5,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from service.executions.models import ExecutionStatus
+from service.executions.models import AttemptResult, ExecutionStatus
 
+EXECUTION_ID_PATTERN = r"^exe_[0-9a-f]{24}$"
 EXECUTE_TASK = "draftgate.execute"
 SWEEP_TASK = "draftgate.sweep"
 CHECKPOINT_TASK = "draftgate.checkpoint"
@@ -16,7 +17,7 @@ class AttemptView(BaseModel):
     number: int
     started_at: datetime
     finished_at: datetime | None
-    result: str
+    result: AttemptResult
     detail: dict[str, Any] | None
 
 

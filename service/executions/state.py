@@ -1,61 +1,139 @@
-"""Writing an execution's state: its status, its attempts, its draft, and the audit record.
+"""The one owner of an execution's status, its attempts, and its draft's matching status.
 
-The runner decides; these functions write, always together with the audit event that
-describes the change.
+The runner decides what happens; these functions write it, each together with the
+audit events that describe the change, and move the draft in step through the
+draft's own state owner.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlmodel import Session
 
 from service.audit import actions as audit
+from service.drafts import state as draft_state
 from service.drafts.models import Draft, DraftStatus
 from service.executions import repository
-from service.executions.models import Execution, ExecutionStatus
+from service.executions.models import (
+    AttemptResult,
+    Execution,
+    ExecutionAttempt,
+    ExecutionStatus,
+)
 
 WORKER = "system:worker"
+E = ExecutionStatus
+
+TRANSITIONS: dict[ExecutionStatus, frozenset[ExecutionStatus]] = {
+    E.QUEUED: frozenset({E.RUNNING, E.FAILED}),
+    # RUNNING -> RUNNING: another delivery takes over after the lease expired.
+    E.RUNNING: frozenset({E.RUNNING, E.QUEUED, E.SUCCEEDED, E.FAILED}),
+    E.SUCCEEDED: frozenset(),
+    E.FAILED: frozenset(),
+}
 
 
-def finish(
+class IllegalTransition(RuntimeError):
+    """A move the execution state machine does not allow: a bug, never user input."""
+
+
+def start_attempt(
+    session: Session, execution: Execution, draft: Draft, *, now: datetime, lease_seconds: int
+) -> bool:
+    """Begin the next attempt under a lease; True if it takes over from a worker that died."""
+    took_over = execution.status is ExecutionStatus.RUNNING
+    if took_over:
+        close_attempt(
+            session,
+            execution,
+            AttemptResult.LOST,
+            now=now,
+            detail={"message": "the worker stopped before recording an outcome"},
+        )
+    _move(execution, ExecutionStatus.RUNNING, now=now)
+    execution.attempts += 1
+    execution.lease_expires_at = now + timedelta(seconds=lease_seconds)
+    execution.next_attempt_at = None
+    session.add(execution)
+    session.add(
+        ExecutionAttempt(
+            execution_id=execution.id,
+            number=execution.attempts,
+            started_at=now,
+            result=AttemptResult.RUNNING,
+        )
+    )
+    record(
+        session,
+        execution,
+        "execution.started",
+        {"attempt": execution.attempts, "took_over": took_over},
+    )
+    _move_draft(session, execution, draft, DraftStatus.RUNNING, now=now)
+    return took_over
+
+
+def retry_later(
     session: Session,
     execution: Execution,
     draft: Draft | None,
-    status: ExecutionStatus,
     *,
     now: datetime,
-    outcome: dict[str, Any] | None = None,
-    error: dict[str, Any] | None = None,
-    reason: str | None = None,
+    delay: float,
+    error: dict[str, Any],
 ) -> None:
-    execution.status = status.value
-    execution.outcome = outcome
-    execution.error = error
+    """Close the attempt as a transient failure and queue the execution for a later one."""
+    attempt = execution.attempts
+    close_attempt(session, execution, AttemptResult.RETRY, now=now, detail=error)
+    _move(execution, ExecutionStatus.QUEUED, now=now)
     execution.lease_expires_at = None
-    execution.next_attempt_at = None
-    execution.finished_at = now
-    execution.updated_at = now
+    execution.next_attempt_at = now + timedelta(seconds=delay)
+    execution.error = error
     session.add(execution)
-    if draft is not None:
-        set_draft(session, draft, DraftStatus(status.value), now=now, reason=reason)
+    record(
+        session,
+        execution,
+        "execution.retry_scheduled",
+        {"attempt": attempt, "retry_in_seconds": delay, "error": error},
+    )
+    _move_draft(session, execution, draft, DraftStatus.QUEUED, now=now)
 
 
-def set_draft(
-    session: Session, draft: Draft, status: DraftStatus, *, now: datetime, reason: str | None = None
+def succeed(
+    session: Session, execution: Execution, draft: Draft | None, *, now: datetime, outcome: Any
 ) -> None:
-    draft.status = status.value
-    draft.status_reason = reason
-    draft.open_dedupe_key = None  # executing or executed: an identical proposal is a new draft
-    draft.updated_at = now
-    session.add(draft)
+    attempt = execution.attempts
+    close_attempt(session, execution, AttemptResult.SUCCEEDED, now=now, detail=outcome)
+    _finish(session, execution, ExecutionStatus.SUCCEEDED, now=now, outcome=outcome)
+    record(session, execution, "execution.succeeded", {"attempt": attempt, "outcome": outcome})
+    _move_draft(session, execution, draft, DraftStatus.SUCCEEDED, now=now)
+
+
+def fail(
+    session: Session,
+    execution: Execution,
+    draft: Draft | None,
+    *,
+    now: datetime,
+    error: dict[str, Any],
+    reason: str,
+    attempt_detail: dict[str, Any] | None = None,
+    event: str = "execution.failed",
+    event_data: dict[str, Any] | None = None,
+) -> None:
+    """End the execution as failed; ``event`` names why (a refusal is a security event)."""
+    close_attempt(session, execution, AttemptResult.FAILED, now=now, detail=attempt_detail or error)
+    _finish(session, execution, ExecutionStatus.FAILED, now=now, error=error)
+    record(session, execution, event, event_data or {"attempt": execution.attempts, "error": error})
+    _move_draft(session, execution, draft, DraftStatus.FAILED, now=now, reason=reason)
 
 
 def close_attempt(
     session: Session,
     execution: Execution,
-    result: str,
+    result: AttemptResult,
     *,
     now: datetime,
     detail: dict[str, Any] | None,
@@ -79,4 +157,55 @@ def record(session: Session, execution: Execution, type_: str, data: dict[str, A
         execution_id=execution.id,
         trace_id=execution.trace_id,
         data=data,
+    )
+
+
+def _finish(
+    session: Session,
+    execution: Execution,
+    status: ExecutionStatus,
+    *,
+    now: datetime,
+    outcome: dict[str, Any] | None = None,
+    error: dict[str, Any] | None = None,
+) -> None:
+    _move(execution, status, now=now)
+    execution.outcome = outcome
+    execution.error = error
+    execution.lease_expires_at = None
+    execution.next_attempt_at = None
+    execution.finished_at = now
+    session.add(execution)
+
+
+def _move(execution: Execution, target: ExecutionStatus, *, now: datetime) -> None:
+    if target not in TRANSITIONS[execution.status]:
+        raise IllegalTransition(
+            f"execution {execution.id}: {execution.status.value} -> {target.value}"
+        )
+    execution.status = target
+    execution.updated_at = now
+
+
+def _move_draft(
+    session: Session,
+    execution: Execution,
+    draft: Draft | None,
+    target: DraftStatus,
+    *,
+    now: datetime,
+    reason: str | None = None,
+) -> None:
+    """Keep the draft in step; a draft someone moved elsewhere by hand is left as it is."""
+    if draft is None or draft.status is target or not draft_state.allowed(draft.status, target):
+        return
+    draft_state.transition(
+        session,
+        draft,
+        target,
+        now=now,
+        actor=WORKER,
+        trace_id=execution.trace_id,
+        execution_id=execution.id,
+        reason=reason,
     )

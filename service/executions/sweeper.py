@@ -14,7 +14,7 @@ from datetime import timedelta
 from service.audit import actions as audit
 from service.db import session_scope
 from service.drafts import repository as drafts_repository
-from service.drafts.actions import expire_if_due
+from service.drafts.state import expire_if_due
 from service.executions import repository
 from service.executions.outbox import Publisher, publish_pending
 from service.executions.schemas import EXECUTE_TASK

@@ -9,8 +9,8 @@ from __future__ import annotations
 from sqlmodel import Session
 
 from service.audit import actions as audit
-from service.errors import Category, DomainError, invalid_argument
-from service.keys import repository
+from service.errors import invalid_argument
+from service.keys import errors, repository
 from service.keys.models import ApproverKey
 from service.keys.schemas import KeyInfo, KeyRegistration
 from service.signing import key_id_for, parse_public_key
@@ -31,12 +31,7 @@ def register(
     except ValueError as exc:
         raise invalid_argument(f"Not a usable Ed25519 public key: {exc}.") from None
     if repository.by_public_key(session, public_key) is not None:
-        raise DomainError(
-            "KEY_ALREADY_REGISTERED",
-            Category.CONFLICT,
-            "This public key is already registered.",
-            suggested_action="Generate a new key pair for each approver and purpose.",
-        )
+        raise errors.key_already_registered()
     key = ApproverKey(
         key_id=key_id_for(public_key),
         tenant=tenant,
@@ -60,12 +55,7 @@ def revoke(session: Session, *, tenant: str, key_id: str, actor: str) -> KeyInfo
     """Revoke a key: from now on nothing it signs is accepted."""
     key = repository.get(session, tenant, key_id)
     if key is None:
-        raise DomainError(
-            "KEY_UNAVAILABLE",
-            Category.UNAVAILABLE,
-            f"No key {key_id} in this tenant.",
-            suggested_action="List the tenant's keys and use one of their ids.",
-        )
+        raise errors.key_unavailable(key_id)
     if key.revoked_at is None:
         key.revoked_at = utcnow()
         session.add(key)

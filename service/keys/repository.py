@@ -20,3 +20,13 @@ def list_for(session: Session, tenant: str, approver: str | None = None) -> list
     if approver is not None:
         statement = statement.where(col(ApproverKey.approver) == approver)
     return list(session.exec(statement.order_by(col(ApproverKey.created_at))).all())
+
+
+def by_ids(session: Session, tenant: str, key_ids: set[str]) -> dict[str, ApproverKey]:
+    """The tenant's keys among ``key_ids``, by id (one query for a whole quorum)."""
+    if not key_ids:
+        return {}
+    statement = select(ApproverKey).where(
+        col(ApproverKey.tenant) == tenant, col(ApproverKey.key_id).in_(sorted(key_ids))
+    )
+    return {key.key_id: key for key in session.exec(statement).all()}

@@ -10,7 +10,7 @@ from sqlmodel.sql.sqltypes import AutoString
 
 from service.config import get_settings
 from service.db import make_engine
-from service.sql import UTCDateTime
+from service.sql import EnumText, UTCDateTime
 from service.tables import metadata
 
 
@@ -18,6 +18,8 @@ def _render_item(kind: str, obj: Any, _autogen_context: Any) -> str | Literal[Fa
     # Migrations spell plain SQLAlchemy types, so they never break when app types move.
     if kind == "type" and isinstance(obj, UTCDateTime):
         return "sa.DateTime(timezone=True)"
+    if kind == "type" and isinstance(obj, EnumText):
+        return f"sa.String(length={obj.length})"
     if kind == "type" and isinstance(obj, AutoString):
         return f"sa.String(length={obj.length})" if obj.length else "sa.String()"
     return False

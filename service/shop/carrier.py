@@ -8,8 +8,7 @@ import time
 from sqlmodel import Session
 
 from service.config import Settings
-from service.errors import Category, DomainError
-from service.shop import repository
+from service.shop import errors, repository
 from service.shop.models import Shipment, TrackingEvent
 
 
@@ -18,14 +17,7 @@ def fetch_tracking(session: Session, shipment: Shipment, settings: Settings) -> 
     latency, timeout = settings.shop_carrier_latency_ms, settings.shop_carrier_timeout_ms
     if latency > timeout:
         time.sleep(timeout / 1000)  # we wait as long as we are willing to, then give up
-        raise DomainError(
-            "UPSTREAM_TIMEOUT",
-            Category.TRANSIENT,
-            f"The carrier {shipment.carrier} did not answer within {timeout} ms.",
-            suggested_action="Retry get_logistics in a little while; tell the user tracking "
-            "is temporarily unavailable if it keeps failing.",
-            details={"timeout_ms": timeout},
-        )
+        raise errors.upstream_timeout(shipment.carrier, timeout)
     time.sleep(latency / 1000)
     assert shipment.id is not None
     return repository.tracking_events(session, shipment.id)

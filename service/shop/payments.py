@@ -6,9 +6,9 @@ first n execution attempts, so the worker's retry path is real and testable.
 
 from __future__ import annotations
 
-from service.actions.base import ActionContext
-from service.errors import Category, DomainError
 from service.money import Money
+from service.registry.base import ActionContext
+from service.shop import errors
 from service.shop.models import Order
 
 
@@ -19,11 +19,6 @@ def charge_back(ctx: ActionContext, order: Order, amount: Money, *, idempotency_
     unclear outcome can never pay out twice.
     """
     if ctx.attempt <= ctx.settings.shop_transient_failures:
-        raise DomainError(
-            "PAYMENT_PROVIDER_UNAVAILABLE",
-            Category.TRANSIENT,
-            f"The payment provider did not accept the refund for order {order.order_number} "
-            f"(attempt {ctx.attempt}); it is temporarily unavailable.",
-            suggested_action="Retry later; nothing was charged back yet.",
-            details={"idempotency_key": idempotency_key},
+        raise errors.payment_provider_unavailable(
+            order.order_number, ctx.attempt, {"idempotency_key": idempotency_key}
         )

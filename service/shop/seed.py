@@ -211,28 +211,41 @@ def _order(
             )
         )
     if shipped is not None:
-        shipment = Shipment(
-            order_id=order.id,
-            carrier="ParcelNet",
-            tracking_number=f"PN{order.id:08d}{seed.number[-4:]}",
-        )
-        session.add(shipment)
-        session.flush()
-        assert shipment.id is not None
-        steps = [
-            (shipped, "picked_up", "Warehouse, Rotterdam", "Parcel picked up"),
-            (shipped + timedelta(hours=20), "in_transit", "Hub, London", "Arrived at hub"),
-        ]
-        if delivered is not None:
-            steps.append((delivered, "delivered", address["city"], "Delivered to recipient"))
-        for at, status, location, description in steps:
-            session.add(
-                TrackingEvent(
-                    shipment_id=shipment.id,
-                    at=at,
-                    status=status,
-                    location=location,
-                    description=description,
-                )
-            )
+        _shipment(session, order, address, shipped=shipped, delivered=delivered)
     return seed.number
+
+
+def _shipment(
+    session: Session,
+    order: Order,
+    address: dict[str, Any],
+    *,
+    shipped: datetime,
+    delivered: datetime | None,
+) -> None:
+    """The order's parcel and the carrier's tracking events so far."""
+    assert order.id is not None
+    shipment = Shipment(
+        order_id=order.id,
+        carrier="ParcelNet",
+        tracking_number=f"PN{order.id:08d}{order.order_number[-4:]}",
+    )
+    session.add(shipment)
+    session.flush()
+    assert shipment.id is not None
+    steps = [
+        (shipped, "picked_up", "Warehouse, Rotterdam", "Parcel picked up"),
+        (shipped + timedelta(hours=20), "in_transit", "Hub, London", "Arrived at hub"),
+    ]
+    if delivered is not None:
+        steps.append((delivered, "delivered", address["city"], "Delivered to recipient"))
+    for at, status, location, description in steps:
+        session.add(
+            TrackingEvent(
+                shipment_id=shipment.id,
+                at=at,
+                status=status,
+                location=location,
+                description=description,
+            )
+        )

@@ -8,10 +8,10 @@ import secrets
 from sqlmodel import Session
 
 from service.audit import actions as audit
-from service.errors import Category, DomainError, invalid_argument, unauthenticated
+from service.errors import invalid_argument, unauthenticated
 from service.principal import Principal, Role
 from service.sql import utcnow
-from service.tokens import repository
+from service.tokens import errors, repository
 from service.tokens.models import ApiToken
 from service.tokens.schemas import IssuedToken, TokenInfo, TokenRequest
 from service.validation import parse
@@ -31,7 +31,7 @@ def issue(
     role: Role,
     on_behalf_of: str | None = None,
     label: str = "",
-    issued_by: str,
+    actor: str,
 ) -> IssuedToken:
     """Create a token; the secret is returned once and only its digest is stored."""
     request = {"tenant": tenant, "subject": subject, "role": role.value, "label": label}
@@ -48,7 +48,7 @@ def issue(
         token_sha256=digest(raw),
         tenant=tenant,
         subject=subject,
-        role=role.value,
+        role=role,
         on_behalf_of=on_behalf_of,
         label=label,
         created_at=utcnow(),
@@ -57,7 +57,7 @@ def issue(
     audit.record(
         session,
         tenant=tenant,
-        actor=issued_by,
+        actor=actor,
         type="token.issued",
         data={
             "token_id": token.id,
@@ -77,31 +77,26 @@ def issue(
     )
 
 
-def revoke(session: Session, *, tenant: str, token_id: str, revoked_by: str) -> TokenInfo:
+def revoke(session: Session, *, tenant: str, token_id: str, actor: str) -> TokenInfo:
     """Revoke a token; every later request with it is refused."""
-    token = repository.by_id(session, tenant, token_id)
+    token = repository.get(session, tenant, token_id)
     if token is None:
-        raise DomainError(
-            "TOKEN_UNAVAILABLE",
-            Category.UNAVAILABLE,
-            f"No token {token_id} in tenant {tenant}.",
-            suggested_action="List the tenant's tokens and use one of their ids.",
-        )
+        raise errors.token_unavailable(token_id, tenant)
     if token.revoked_at is None:
         token.revoked_at = utcnow()
         session.add(token)
         audit.record(
             session,
             tenant=tenant,
-            actor=revoked_by,
+            actor=actor,
             type="token.revoked",
-            data={"token_id": token.id, "subject": token.subject, "role": token.role},
+            data={"token_id": token.id, "subject": token.subject, "role": token.role.value},
         )
-    return _info(token)
+    return info(token)
 
 
 def list_tokens(session: Session, *, tenant: str) -> list[TokenInfo]:
-    return [_info(token) for token in repository.list_for(session, tenant)]
+    return [info(token) for token in repository.list_for(session, tenant)]
 
 
 def authenticate(
@@ -119,15 +114,15 @@ def authenticate(
         raise unauthenticated("The bearer token is not recognised.")
     if token.revoked_at is not None:
         raise unauthenticated("The bearer token has been revoked.")
-    if allowed_roles is not None and Role(token.role) not in allowed_roles:
+    if allowed_roles is not None and token.role not in allowed_roles:
         accepted = ", ".join(sorted(role.value for role in allowed_roles))
         raise unauthenticated(
-            f"Tokens of role {token.role} are not accepted here (only {accepted})."
+            f"Tokens of role {token.role.value} are not accepted here (only {accepted})."
         )
     return Principal(
         tenant=token.tenant,
         subject=token.subject,
-        role=Role(token.role),
+        role=token.role,
         token_id=token.id,
         on_behalf_of=token.on_behalf_of,
     )
@@ -151,12 +146,12 @@ def record_refused_credential(
     )
 
 
-def _info(token: ApiToken) -> TokenInfo:
+def info(token: ApiToken) -> TokenInfo:
     return TokenInfo(
         token_id=token.id,
         tenant=token.tenant,
         subject=token.subject,
-        role=Role(token.role),
+        role=token.role,
         on_behalf_of=token.on_behalf_of,
         label=token.label,
         created_at=token.created_at,

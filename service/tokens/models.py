@@ -5,7 +5,8 @@ from datetime import datetime
 from sqlalchemy import Column
 from sqlmodel import Field, SQLModel
 
-from service.sql import UTCDateTime
+from service.principal import Role
+from service.sql import EnumText, UTCDateTime
 
 
 class ApiToken(SQLModel, table=True):
@@ -17,7 +18,7 @@ class ApiToken(SQLModel, table=True):
     token_sha256: str = Field(max_length=64, unique=True)
     tenant: str = Field(max_length=64, index=True)
     subject: str = Field(max_length=128)
-    role: str = Field(max_length=16)
+    role: Role = Field(sa_column=Column(EnumText(Role), nullable=False))
     on_behalf_of: str | None = Field(default=None, max_length=128)
     label: str = Field(default="", max_length=200)
     created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))

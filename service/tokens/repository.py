@@ -10,7 +10,7 @@ def by_digest(session: Session, token_sha256: str) -> ApiToken | None:
     return session.exec(statement).one_or_none()
 
 
-def by_id(session: Session, tenant: str, token_id: str) -> ApiToken | None:
+def get(session: Session, tenant: str, token_id: str) -> ApiToken | None:
     token = session.get(ApiToken, token_id)
     return token if token is not None and token.tenant == tenant else None
 

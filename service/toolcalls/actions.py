@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from sqlmodel import Session
 
-from service.actions.base import ActionContext
-from service.actions.registry import ActionRegistry
 from service.audit import actions as audit
 from service.drafts import actions as drafts
 from service.drafts.schemas import AgentDraftView
-from service.errors import DomainError, invalid_argument
+from service.errors import DomainError
 from service.principal import Principal, Role
+from service.registry.base import ActionContext
+from service.registry.loader import ActionRegistry
 from service.runtime import Runtime
 from service.sql import utcnow
+from service.toolcalls import errors
 from service.toolcalls.schemas import (
     CONTROL_FIELDS,
     GetDraftInput,
@@ -25,7 +27,7 @@ from service.toolcalls.schemas import (
     control_arguments,
     propose_input_model,
 )
-from service.validation import check_bounds, parse
+from service.validation import StrictInput, check_bounds, parse
 
 GET_DRAFT_DESCRIPTION = (
     "Returns the current state of a draft you proposed: pending (with approvals so far), "
@@ -111,7 +113,7 @@ def call_tool(
     principal.require(Role.AGENT)
     spec = _catalog(runtime.registry).get(name)
     if spec is None:
-        raise invalid_argument(f"There is no tool named {name!r}.", code="UNKNOWN_TOOL")
+        raise errors.unknown_tool(name)
     check_bounds(
         arguments,
         max_bytes=runtime.settings.max_argument_bytes,
@@ -125,40 +127,57 @@ def call_tool(
         now=utcnow(),
         trace_id=trace_id,
     )
-    draft_id: str | None = None
-    if spec.kind is ToolKind.READ:
-        read = runtime.registry.reads[name]
-        result = read.handle(ctx, params).model_dump(mode="json")
-        masked_arguments = read.masked(params)
-    elif spec.kind is ToolKind.PROPOSE:
-        assert spec.action is not None
-        write = runtime.registry.writes[spec.action]
-        control = control_arguments(params)
-        action_params = write.Input.model_validate_json(
-            params.model_dump_json(exclude=set(CONTROL_FIELDS), exclude_none=True)
-        )
-        view = drafts.propose(ctx, write, action_params, policies=runtime.policies, **control)
-        result, draft_id = view.model_dump(mode="json"), view.draft_id
-        masked_arguments = {**write.masked(action_params), **control}
-    else:
-        assert isinstance(params, GetDraftInput)
-        draft_id = params.draft_id
-        view = drafts.get_for_agent(ctx, runtime.registry.writes, draft_id)
-        result, masked_arguments = view.model_dump(mode="json"), {"draft_id": draft_id}
-    data: dict[str, Any] = {"tool": name, "arguments": masked_arguments, "outcome": "ok"}
+    answer = _HANDLERS[spec.kind](ctx, runtime, spec, params)
+    data: dict[str, Any] = {"tool": name, "arguments": answer.masked_arguments, "outcome": "ok"}
     if spec.kind is ToolKind.PROPOSE:
-        data["replayed"] = result["replayed"]
+        data["replayed"] = answer.result["replayed"]
     data["latency_us"] = int((time.perf_counter() - started) * 1_000_000)
     audit.record(
         session,
         tenant=principal.tenant,
         actor=principal.actor,
         type="tool.called",
-        draft_id=draft_id,
+        draft_id=answer.draft_id,
         trace_id=trace_id,
         data=data,
     )
-    return result
+    return answer.result
+
+
+@dataclass(frozen=True)
+class _Answer:
+    result: dict[str, Any]
+    masked_arguments: dict[str, Any]
+    draft_id: str | None = None
+
+
+def _read(ctx: ActionContext, runtime: Runtime, spec: ToolSpec, params: StrictInput) -> _Answer:
+    read = runtime.registry.reads[spec.name]
+    return _Answer(read.handle(ctx, params).model_dump(mode="json"), read.masked(params))
+
+
+def _propose(ctx: ActionContext, runtime: Runtime, spec: ToolSpec, params: StrictInput) -> _Answer:
+    assert spec.action is not None
+    write = runtime.registry.writes[spec.action]
+    control = control_arguments(params)
+    action_params = write.Input.model_validate_json(
+        params.model_dump_json(exclude=set(CONTROL_FIELDS), exclude_none=True)
+    )
+    view = drafts.propose(ctx, write, action_params, policies=runtime.policies, **control)
+    return _Answer(
+        view.model_dump(mode="json"), {**write.masked(action_params), **control}, view.draft_id
+    )
+
+
+def _draft_status(
+    ctx: ActionContext, runtime: Runtime, spec: ToolSpec, params: StrictInput
+) -> _Answer:
+    assert isinstance(params, GetDraftInput)
+    view = drafts.get_for_agent(ctx, runtime.registry.writes, params.draft_id)
+    return _Answer(view.model_dump(mode="json"), {"draft_id": params.draft_id}, params.draft_id)
+
+
+_HANDLERS = {ToolKind.READ: _read, ToolKind.PROPOSE: _propose, ToolKind.DRAFT_STATUS: _draft_status}
 
 
 def record_refused_call(

@@ -47,7 +47,7 @@ def _revoke(runtime, raw_token: str) -> None:
     with session_scope(runtime.engine) as session:
         principal = tokens.authenticate(session, raw_token)
         tokens.revoke(
-            session, tenant=principal.tenant, token_id=principal.token_id, revoked_by="admin:root"
+            session, tenant=principal.tenant, token_id=principal.token_id, actor="admin:root"
         )
 
 

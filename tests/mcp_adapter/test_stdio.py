@@ -183,7 +183,7 @@ async def test_a_token_revoked_while_serving_fails_the_next_call(demo_db, tmp_pa
             with session_scope(engine) as session:
                 principal = tokens.authenticate(session, token)
                 tokens.revoke(
-                    session, tenant="demo", token_id=principal.token_id, revoked_by="admin:root"
+                    session, tenant="demo", token_id=principal.token_id, actor="admin:root"
                 )
         finally:
             engine.dispose()

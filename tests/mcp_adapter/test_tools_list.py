@@ -66,14 +66,26 @@ async def test_every_input_object_forbids_additional_properties(mcp_url, demo):
             assert node.get("additionalProperties") is False, f"{name} {where}"
 
 
-async def test_input_schemas_are_self_contained_and_have_no_null_branch(mcp_url, demo):
-    # Several MCP clients handle $ref badly, and null is refused (docs/decisions.md).
+def _nullable(prop: dict) -> bool:
+    return {"type": "null"} in prop.get("anyOf", [])
+
+
+def _value(prop: dict) -> dict:
+    """The non-null branch of an optional (nullable) field, or the field itself."""
+    return next((b for b in prop.get("anyOf", []) if b != {"type": "null"}), prop)
+
+
+async def test_input_schemas_are_self_contained_and_optional_fields_are_nullable(mcp_url, demo):
+    # Several MCP clients handle $ref badly; strict-mode clients make every field required,
+    # so an optional one must accept null, which means omitted (DESIGN.md §3).
     tools = await _tools(mcp_url, demo["tokens"]["agent"])
     for name, tool in tools.items():
-        text = repr(tool.input_schema)
-        assert "$ref" not in text, name
-        assert "$defs" not in tool.input_schema, name
-        assert "'null'" not in text, name
+        schema = tool.input_schema
+        assert "$ref" not in repr(schema), name
+        assert "$defs" not in schema, name
+        required = set(schema.get("required", []))
+        for field, prop in schema["properties"].items():
+            assert _nullable(prop) is (field not in required), (name, field)
 
 
 async def test_input_schemas_carry_patterns_enums_and_bounds(mcp_url, demo):
@@ -84,7 +96,7 @@ async def test_input_schemas_carry_patterns_enums_and_bounds(mcp_url, demo):
         assert schema["properties"]["order_id"]["pattern"] == "^ORD-[0-9]{4,20}$", name
         assert "order_id" in schema["required"], name
 
-    limit = tools["list_orders"].input_schema["properties"]["limit"]
+    limit = _value(tools["list_orders"].input_schema["properties"]["limit"])
     assert (limit["type"], limit["minimum"], limit["maximum"]) == ("integer", 1, 20)
     assert "required" not in tools["list_orders"].input_schema
 
@@ -104,8 +116,8 @@ async def test_input_schemas_carry_patterns_enums_and_bounds(mcp_url, demo):
         "late_delivery",
         "goodwill",
     }
-    assert refund["properties"]["note"]["maxLength"] == 500
-    assert refund["properties"]["note"]["minLength"] == 1
+    assert _value(refund["properties"]["note"])["maxLength"] == 500
+    assert _value(refund["properties"]["note"])["minLength"] == 1
 
     cancel = tools["propose_cancel_order"].input_schema
     assert set(cancel["properties"]["reason"]["enum"]) == {
@@ -131,8 +143,8 @@ async def test_input_schemas_carry_patterns_enums_and_bounds(mcp_url, demo):
 
     for name in PROPOSE_TOOLS:
         properties = tools[name].input_schema["properties"]
-        assert properties["idempotency_key"]["pattern"] == r"^[\x20-\x7E]{1,255}$", name
-        assert properties["draft_id"]["pattern"] == "^dft_[0-9a-f]{32}$", name
+        assert _value(properties["idempotency_key"])["pattern"] == r"^[\x20-\x7E]{1,255}$", name
+        assert _value(properties["draft_id"])["pattern"] == "^dft_[0-9a-f]{32}$", name
         assert "idempotency_key" not in tools[name].input_schema["required"], name
     assert tools["get_draft"].input_schema["properties"]["draft_id"]["pattern"] == (
         "^dft_[0-9a-f]{32}$"

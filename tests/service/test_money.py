@@ -118,7 +118,8 @@ def test_there_is_no_default_amount():
 
 def test_null_amount_is_refused_not_read_as_zero():
     (problem,) = _problems({"amount_minor": None, "currency": "USD"})
-    assert problem == "amount_minor: null is not accepted; omit an optional field instead"
+    # null means omitted, and an amount is required: never a zero, never a default
+    assert problem == "amount_minor: required; null means omitted, so send a value"
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""Strict validation of untrusted arguments: no coercion, no unknowns, no nulls, bounded size."""
+"""Strict validation of untrusted arguments: no coercion, no unknowns, bounded size, and
+null meaning exactly "omitted" (DESIGN.md §3: strict-mode clients send every field)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from enum import StrEnum
 import pytest
 from pydantic import BaseModel, Field, ValidationError
 
+from service.canonical import params_sha256
 from service.errors import Category, DomainError
 from service.money import Money
 from service.validation import StrictInput, check_bounds, input_schema, output_schema, parse
@@ -86,29 +88,47 @@ def test_unknown_nested_field_is_refused():
     assert error.details["problems"] == ["inner.admin: unknown field; remove it"]
 
 
-def test_explicit_null_for_an_optional_field_is_refused():
-    error = _refusal(Outer, {**VALID, "note": None})
-    (problem,) = error.details["problems"]
-    assert "note: null is not accepted" in problem
-    assert "omit" in problem
+def _digest(parsed: StrictInput) -> str:
+    return params_sha256(parsed.model_dump(mode="json", exclude_none=True))
 
 
-def test_explicit_null_for_an_optional_nested_model_is_refused():
-    error = _refusal(Outer, {**VALID, "extra_inner": None})
-    (problem,) = error.details["problems"]
-    assert "extra_inner: null is not accepted" in problem
+def test_null_for_an_optional_field_means_omitted_with_the_same_digest():
+    with_null = parse(Outer, {**VALID, "note": None})
+    assert with_null.note is None
+    assert with_null == parse(Outer, VALID)
+    assert _digest(with_null) == _digest(parse(Outer, VALID))
 
 
-def test_null_inside_a_nested_object_is_refused_at_its_location():
-    error = _refusal(Outer, {**VALID, "inner": {"code": "AB", "count": None}})
+def test_null_for_an_optional_nested_model_means_omitted():
+    assert parse(Outer, {**VALID, "extra_inner": None}) == parse(Outer, VALID)
+
+
+def test_null_inside_a_nested_object_means_its_default():
+    parsed = parse(Outer, {**VALID, "inner": {"code": "AB", "count": None}})
+    assert parsed.inner == Inner(code="AB", count=1)
+
+
+def test_a_strict_client_filling_every_field_with_null_gets_the_defaults():
+    every = {**VALID, "note": None, "extra_inner": None, "tags": None}
+    assert parse(Outer, every) == parse(Outer, VALID)
+
+
+def test_null_for_a_required_field_is_refused_as_missing_naming_null():
+    error = _refusal(Outer, {**VALID, "name": None, "inner": {"code": None}})
     assert error.details["problems"] == [
-        "inner.count: null is not accepted; omit an optional field instead"
+        "name: required; null means omitted, so send a value",
+        "inner.code: required; null means omitted, so send a value",
     ]
 
 
-def test_missing_null_and_empty_string_are_distinct():
+def test_null_as_a_list_item_is_refused_not_dropped():
+    error = _refusal(Outer, {**VALID, "tags": ["a", None]})
+    assert error.details["problems"] == ["tags.1: Input should be a valid string"]
+
+
+def test_missing_null_and_empty_string():
     assert parse(Outer, VALID).note is None  # missing: allowed
-    assert "null is not accepted" in _refusal(Outer, {**VALID, "note": None}).message
+    assert parse(Outer, {**VALID, "note": None}).note is None  # null: the same as missing
     empty = _refusal(Outer, {**VALID, "note": ""})
     assert empty.details["problems"] == ["note: String should have at least 1 character"]
 
@@ -162,12 +182,12 @@ def test_missing_required_fields_are_all_listed():
 
 
 def test_a_null_does_not_hide_the_other_problems():
-    """parse() must list every problem; a null must not mask an unknown field or a bad type."""
+    """parse() must list every problem; an omitted-by-null field must not mask the others."""
     error = _refusal(Outer, {**VALID, "note": None, "quantity": "12", "surprise": 1})
-    problems = error.details["problems"]
-    assert "note: null is not accepted; omit an optional field instead" in problems
-    assert "quantity: Input should be a valid integer" in problems
-    assert "surprise: unknown field; remove it" in problems
+    assert error.details["problems"] == [
+        "quantity: Input should be a valid integer",
+        "surprise: unknown field; remove it",
+    ]
 
 
 # --- check_bounds -------------------------------------------------------------------------
@@ -261,24 +281,33 @@ def test_input_schema_forbids_additional_properties_on_every_object():
     assert all(node.get("additionalProperties") is False for node in objects)
 
 
-def test_input_schema_drops_the_null_branch_of_optional_fields():
+NULL = {"type": "null"}
+
+
+def _value_branch(prop: dict) -> dict:
+    return next(branch for branch in prop["anyOf"] if branch != NULL)
+
+
+def test_input_schema_publishes_every_optional_field_nullable_and_required_ones_not():
     schema = input_schema(Outer)
-    assert all({"type": "null"} not in node.get("anyOf", []) for node in _walk(schema))
-    assert all(node.get("type") != "null" for node in _walk(schema))
+    assert set(schema["required"]) == {"name", "quantity", "colour", "inner"}
+    for name, prop in schema["properties"].items():
+        assert (NULL in prop.get("anyOf", [])) is (name not in schema["required"]), name
     note = schema["properties"]["note"]
-    assert note["type"] == "string"
-    assert note["minLength"] == 1
-    assert "default" not in note  # a default of null would invite sending null
-    extra_inner = schema["properties"]["extra_inner"]
+    assert _value_branch(note) == {"type": "string", "minLength": 1, "maxLength": 20}
+    assert "default" not in note  # null is omission, not a value to default to
+    extra_inner = _value_branch(schema["properties"]["extra_inner"])
     assert extra_inner["type"] == "object"
     assert extra_inner["additionalProperties"] is False
-    assert set(schema["required"]) == {"name", "quantity", "colour", "inner"}
+    count = schema["properties"]["inner"]["properties"]["count"]
+    assert _value_branch(count) == {"type": "integer", "minimum": 1, "maximum": 5}
+    assert count["default"] == 1  # a real default is kept, outside the branches
 
 
 def test_input_schema_keeps_enums_and_bounds():
     schema = input_schema(Outer)
     assert schema["properties"]["colour"]["enum"] == ["red", "blue"]
-    assert schema["properties"]["tags"]["maxItems"] == 3
+    assert _value_branch(schema["properties"]["tags"])["maxItems"] == 3
     assert schema["properties"]["name"]["maxLength"] == 10
 
 
@@ -288,12 +317,14 @@ def test_input_schema_is_valid_and_agrees_with_the_server():
     schema = input_schema(Outer)
     jsonschema.Draft202012Validator.check_schema(schema)
     validator = jsonschema.Draft202012Validator(schema)
-    assert validator.is_valid(VALID)
+    for accepted in (VALID, {**VALID, "note": None}, {**VALID, "extra_inner": None}):
+        assert validator.is_valid(accepted)
+        parse(Outer, accepted)
     for refused in (
-        {**VALID, "note": None},
+        {**VALID, "name": None},
         {**VALID, "surprise": 1},
         {**VALID, "inner": {"code": "AB", "x": 1}},
-        {**VALID, "extra_inner": None},
+        {**VALID, "tags": ["a", None]},
     ):
         assert not validator.is_valid(refused)
         with pytest.raises(DomainError):

@@ -30,16 +30,27 @@ def settings_env(settings: Settings) -> dict[str, str]:
 
 
 class WorkerProcess:
-    def __init__(self, process: subprocess.Popen[bytes], log: Path) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], log: Path, *, offset: int = 0) -> None:
         self.process = process
         self.log = log
+        self._offset = offset  # where this worker's part of a shared log file begins
 
     @property
     def pid(self) -> int:
         return self.process.pid
 
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def mark(self) -> None:
+        """From now on ``output()`` shows only what the worker logs after this moment."""
+        self._offset = self.log.stat().st_size if self.log.exists() else 0
+
     def output(self) -> str:
-        return self.log.read_text(errors="replace")
+        with self.log.open("rb") as handle:
+            handle.seek(self._offset)
+            return handle.read().decode(errors="replace")
 
     def kill(self) -> None:
         """SIGKILL the whole worker (main process and pool children): no cleanup at all."""
@@ -63,7 +74,17 @@ def celery_worker(
     settings: Settings, log: Path, *, concurrency: int = 1
 ) -> Iterator[WorkerProcess]:
     """Start ``draftgate serve worker`` with these settings and wait until it consumes."""
+    worker = start_worker(settings, log, concurrency=concurrency)
+    try:
+        yield worker
+    finally:
+        worker.stop()
+
+
+def start_worker(settings: Settings, log: Path, *, concurrency: int = 1) -> WorkerProcess:
+    """A started worker, ready to consume; the caller stops (or kills) it."""
     log.parent.mkdir(parents=True, exist_ok=True)
+    offset = log.stat().st_size if log.exists() else 0
     with log.open("ab") as sink:
         process = subprocess.Popen(
             [
@@ -84,12 +105,13 @@ def celery_worker(
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group, so kill() reaches the pool too
         )
-    worker = WorkerProcess(process, log)
+    worker = WorkerProcess(process, log, offset=offset)
     try:
         _wait_ready(worker)
-        yield worker
-    finally:
-        worker.stop()
+    except BaseException:
+        worker.kill()
+        raise
+    return worker
 
 
 def _wait_ready(worker: WorkerProcess) -> None:

@@ -217,14 +217,18 @@ async def test_a_two_approver_refund_runs_once_and_the_agent_hears_each_stage(st
     assert response.status_code == 200, response.text
     steps = [step["type"] for step in response.json()["steps"]]
     story = [t for t in steps if t.startswith(("draft.", "approval.")) or t in lifecycle]
+    # Every change of the draft's status is an event of its own, next to the execution's.
     assert story == [
         "draft.proposed",
         "approval.approved",
         "approval.approved",
         "draft.approved",
         "execution.requested",
+        "draft.queued",
         "execution.started",
+        "draft.running",
         "execution.succeeded",
+        "draft.succeeded",
     ], steps
 
 

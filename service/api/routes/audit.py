@@ -4,16 +4,23 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
-from service.api.deps import Auditor, RuntimeDep, TraceIdDep, refusal_recorder
+from service.api.deps import Auditor, ReadUnit, RuntimeDep, Unit
+from service.api.errors import problems
 from service.audit import review, traces
-from service.audit.schemas import MAX_PAGE, CheckpointList, EventFilter, EventPage, TraceView
-from service.db import run_read, run_unit
+from service.audit.schemas import (
+    MAX_PAGE,
+    CheckpointList,
+    EventFilter,
+    EventPage,
+    TraceView,
+    VerificationReport,
+)
 from service.errors import invalid_argument
 from service.tracing import TRACE_ID_PATTERN
 from service.validation import MAX_LOCATION
@@ -53,22 +60,18 @@ FiltersDep = Annotated[FilterQuery, Depends()]
     "/v1/audit/events",
     summary="Filtered, cursor-paginated audit events (auditors)",
     name="audit.query",
+    responses=problems(400, 401, 403),
 )
 def list_events(
+    session: ReadUnit,
     runtime: RuntimeDep,
     principal: Auditor,
-    trace_id_header: TraceIdDep,
     query: FiltersDep,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
 ) -> EventPage:
-    def work(session: Any) -> EventPage:
-        return review.list_events(session, principal, query.build(), cursor=cursor, limit=limit)
-
-    return run_read(
-        runtime.engine,
-        work,
-        on_refusal=refusal_recorder(principal, "audit.query", trace_id=trace_id_header),
+    return review.list_events(
+        session, principal, query.build(), cursors=runtime.cursors, cursor=cursor, limit=limit
     )
 
 
@@ -77,20 +80,17 @@ def list_events(
     summary="The log as NDJSON, streamed (auditors); same filters as /v1/audit/events",
     response_class=StreamingResponse,
     name="audit.export",
+    responses={
+        200: {"content": {"application/x-ndjson": {}}, "description": "One event per line."},
+        **problems(400, 401, 403),
+    },
 )
 def export(
-    runtime: RuntimeDep, principal: Auditor, trace_id_header: TraceIdDep, query: FiltersDep
+    session: Unit, runtime: RuntimeDep, principal: Auditor, query: FiltersDep
 ) -> StreamingResponse:
-    def authorize(session: Any) -> EventFilter:
-        filters = query.build()
-        review.authorize_export(session, principal, filters)
-        return filters
-
-    filters = run_unit(
-        runtime.engine,
-        authorize,
-        on_refusal=refusal_recorder(principal, "audit.export", trace_id=trace_id_header),
-    )
+    filters = query.build()
+    review.authorize_export(session, principal, filters)
+    # The stream reads its own snapshot after this unit (and its audit event) committed.
     return StreamingResponse(
         review.export_lines(runtime.engine, principal.tenant, filters),
         media_type="application/x-ndjson",
@@ -102,41 +102,30 @@ def export(
     "/v1/audit/verify",
     summary="Verify the tenant's chain and checkpoints (auditors)",
     name="audit.verify",
+    responses=problems(401, 403),
 )
-def verify(runtime: RuntimeDep, principal: Auditor, trace_id_header: TraceIdDep) -> dict[str, Any]:
-    return run_read(
-        runtime.engine,
-        lambda session: review.verify(session, principal, runtime.settings).report(),
-        on_refusal=refusal_recorder(principal, "audit.verify", trace_id=trace_id_header),
-    )
+def verify(session: ReadUnit, runtime: RuntimeDep, principal: Auditor) -> VerificationReport:
+    report = review.verify(session, principal, runtime.settings).report()
+    return VerificationReport.model_validate(report)
 
 
 @router.get(
     "/v1/audit/checkpoints",
     summary="Signed checkpoints of the chain head (auditors)",
     name="audit.checkpoints",
+    responses=problems(401, 403),
 )
-def checkpoints(
-    runtime: RuntimeDep, principal: Auditor, trace_id_header: TraceIdDep
-) -> CheckpointList:
-    return run_read(
-        runtime.engine,
-        lambda session: review.list_checkpoints(session, principal, runtime.settings),
-        on_refusal=refusal_recorder(principal, "audit.checkpoints", trace_id=trace_id_header),
-    )
+def checkpoints(session: ReadUnit, runtime: RuntimeDep, principal: Auditor) -> CheckpointList:
+    return review.list_checkpoints(session, principal, runtime.settings)
 
 
 @router.get(
-    "/v1/traces/{trace_id}", summary="One agent interaction, end to end (auditors)", name="trace"
+    "/v1/traces/{trace_id}",
+    summary="One agent interaction, end to end (auditors)",
+    name="trace",
+    responses=problems(400, 401, 403, 404),
 )
 def trace(
-    trace_id: Annotated[str, Path(pattern=TRACE_ID_PATTERN)],
-    runtime: RuntimeDep,
-    principal: Auditor,
-    trace_id_header: TraceIdDep,
+    trace_id: Annotated[str, Path(pattern=TRACE_ID_PATTERN)], session: ReadUnit, principal: Auditor
 ) -> TraceView:
-    return run_read(
-        runtime.engine,
-        lambda session: traces.trace(session, principal, trace_id),
-        on_refusal=refusal_recorder(principal, "trace", trace_id=trace_id_header),
-    )
+    return traces.trace(session, principal, trace_id)

@@ -4,23 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Query
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, BackgroundTasks, Body, Path, Query
 
-from service.api.deps import (
-    Approver,
-    PublisherDep,
-    Reviewer,
-    RuntimeDep,
-    TraceIdDep,
-    refusal_recorder,
-)
+from service.api.deps import Approver, PublisherDep, Reviewer, RuntimeDep, TraceIdDep, Unit
+from service.api.errors import problems
 from service.approvals import actions as approvals
 from service.approvals.schemas import ApprovalRequest
-from service.db import run_unit
 from service.drafts import review
 from service.drafts.models import DraftStatus
-from service.drafts.schemas import DraftDetail, DraftPage
+from service.drafts.schemas import DRAFT_ID_PATTERN, DraftDetail, DraftPage
 from service.executions import actions as executions
 from service.executions.outbox import publish_pending
 from service.executions.schemas import ExecutionAccepted
@@ -29,6 +21,7 @@ from service.validation import input_schema, parse
 
 router = APIRouter(prefix="/v1/drafts", tags=["drafts"])
 
+DraftId = Annotated[str, Path(pattern=DRAFT_ID_PATTERN, description="dft_ + 32 hex digits.")]
 APPROVAL_BODY = {
     "requestBody": {
         "required": True,
@@ -37,28 +30,30 @@ APPROVAL_BODY = {
 }
 
 
-@router.get("", summary="List drafts of your tenant, newest first", name="drafts.list")
+@router.get(
+    "",
+    summary="List drafts of your tenant, newest first",
+    name="drafts.list",
+    responses=problems(400, 401, 403),
+)
 def list_drafts(
+    session: Unit,
     runtime: RuntimeDep,
     principal: Reviewer,
-    trace_id: TraceIdDep,
     status: DraftStatus | None = None,
     action: Annotated[str | None, Query(max_length=64)] = None,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
 ) -> DraftPage:
-    return run_unit(
-        runtime.engine,
-        lambda session: review.list_drafts(
-            session,
-            principal,
-            status=status,
-            action=action,
-            cursor=cursor,
-            limit=limit,
-            now=utcnow(),
-        ),
-        on_refusal=refusal_recorder(principal, "drafts.list", trace_id=trace_id),
+    return review.list_drafts(
+        session,
+        principal,
+        cursors=runtime.cursors,
+        status=status,
+        action=action,
+        cursor=cursor,
+        limit=limit,
+        now=utcnow(),
     )
 
 
@@ -66,15 +61,10 @@ def list_drafts(
     "/{draft_id}",
     summary="One draft: params, summary, policy, approvals, statement to sign",
     name="drafts.read",
+    responses=problems(400, 401, 403, 404),
 )
-def get_draft(
-    draft_id: str, runtime: RuntimeDep, principal: Reviewer, trace_id: TraceIdDep
-) -> DraftDetail:
-    return run_unit(
-        runtime.engine,
-        lambda session: review.get_detail(session, principal, draft_id, now=utcnow()),
-        on_refusal=refusal_recorder(principal, "drafts.read", trace_id=trace_id, draft_id=draft_id),
-    )
+def get_draft(draft_id: DraftId, session: Unit, principal: Reviewer) -> DraftDetail:
+    return review.get_detail(session, principal, draft_id, now=utcnow())
 
 
 @router.post(
@@ -83,62 +73,52 @@ def get_draft(
     openapi_extra=APPROVAL_BODY,
     status_code=201,
     name="approval",
+    responses=problems(400, 401, 403, 404, 409),
 )
 def submit_approval(
-    draft_id: str,
+    draft_id: DraftId,
     body: Annotated[Any, Body()],
+    session: Unit,
     runtime: RuntimeDep,
     principal: Approver,
     trace_id: TraceIdDep,
 ) -> DraftDetail:
-    def work(session: Any) -> DraftDetail:
-        request = parse(ApprovalRequest, body if isinstance(body, dict) else {"body": body})
-        now = utcnow()
-        approvals.submit(
-            session,
-            principal,
-            draft_id=draft_id,
-            request=request,
-            runtime=runtime,
-            now=now,
-            trace_id=trace_id,
-        )
-        return review.get_detail(session, principal, draft_id, now=now)
-
-    return run_unit(
-        runtime.engine,
-        work,
-        on_refusal=refusal_recorder(principal, "approval", trace_id=trace_id, draft_id=draft_id),
+    # The body is parsed here, not by FastAPI, so its refusal is the core's INVALID_ARGUMENT.
+    request = parse(ApprovalRequest, body if isinstance(body, dict) else {"body": body})
+    now = utcnow()
+    approvals.submit(
+        session,
+        principal,
+        draft_id=draft_id,
+        request=request,
+        runtime=runtime,
+        now=now,
+        trace_id=trace_id,
     )
+    return review.get_detail(session, principal, draft_id, now=now)
 
 
 @router.post(
     "/{draft_id}/execute",
     summary="Execute an approved draft (once; repeated calls return the same execution)",
     status_code=202,
-    response_model=ExecutionAccepted,
     name="execution",
+    responses=problems(400, 401, 403, 404, 409),
 )
 def execute(
-    draft_id: str,
+    draft_id: DraftId,
+    session: Unit,
     runtime: RuntimeDep,
     principal: Approver,
     publisher: PublisherDep,
     trace_id: TraceIdDep,
-) -> JSONResponse:
-    execution, created = run_unit(
-        runtime.engine,
-        lambda session: executions.request(
-            session,
-            principal,
-            draft_id=draft_id,
-            runtime=runtime,
-            now=utcnow(),
-            trace_id=trace_id,
-        ),
-        on_refusal=refusal_recorder(principal, "execution", trace_id=trace_id, draft_id=draft_id),
+    background: BackgroundTasks,
+) -> ExecutionAccepted:
+    execution, created = executions.request(
+        session, principal, draft_id=draft_id, runtime=runtime, now=utcnow(), trace_id=trace_id
     )
     if created:
-        publish_pending(runtime.engine, publisher, execution_id=execution.id)
-    accepted = ExecutionAccepted(execution_id=execution.id, status=execution.status)
-    return JSONResponse(accepted.model_dump(mode="json"), status_code=202)
+        # Background tasks run after the unit of work committed: a request that rolls
+        # back never sends a message (and a lost publish is the sweeper's to redo).
+        background.add_task(publish_pending, runtime.engine, publisher, execution_id=execution.id)
+    return ExecutionAccepted(execution_id=execution.id, status=execution.status)

@@ -2,28 +2,29 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
 
-from service.api.deps import Reviewer, RuntimeDep, TraceIdDep, refusal_recorder
-from service.db import run_unit
-from service.executions import actions as executions
-from service.executions.schemas import ExecutionView
+from fastapi import APIRouter, Path
+
+from service.api.deps import ReadUnit, Reviewer
+from service.api.errors import problems
+from service.executions import review
+from service.executions.schemas import EXECUTION_ID_PATTERN, ExecutionView
 
 router = APIRouter(prefix="/v1/executions", tags=["executions"])
+
+ExecutionId = Annotated[
+    str, Path(pattern=EXECUTION_ID_PATTERN, description="exe_ + 24 hex digits.")
+]
 
 
 @router.get(
     "/{execution_id}",
     summary="Status, attempts, outcome and error of an execution",
     name="execution.read",
+    responses=problems(400, 401, 403, 404),
 )
 def get_execution(
-    execution_id: str, runtime: RuntimeDep, principal: Reviewer, trace_id: TraceIdDep
+    execution_id: ExecutionId, session: ReadUnit, principal: Reviewer
 ) -> ExecutionView:
-    return run_unit(
-        runtime.engine,
-        lambda session: executions.get(session, principal, execution_id),
-        on_refusal=refusal_recorder(
-            principal, "execution.read", trace_id=trace_id, execution_id=execution_id
-        ),
-    )
+    return review.get(session, principal, execution_id)

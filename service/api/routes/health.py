@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from sqlalchemy import text
 
 from service.api.deps import RuntimeDep
@@ -12,12 +13,27 @@ from service.health import broker_reachable
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", summary="Liveness: the process serves requests")
-def healthz() -> dict[str, str]:
-    return {"status": "ok"}
+class Liveness(BaseModel):
+    status: str
 
 
-@router.get("/readyz", summary="Readiness: the database and the broker answer")
+class Readiness(BaseModel):
+    status: str
+    checks: dict[str, str]
+
+
+@router.get("/healthz", summary="Liveness: the process serves requests", name="healthz")
+def healthz() -> Liveness:
+    return Liveness(status="ok")
+
+
+@router.get(
+    "/readyz",
+    summary="Readiness: the database and the broker answer",
+    name="readyz",
+    response_model=Readiness,
+    responses={503: {"model": Readiness, "description": "Not ready: a check failed."}},
+)
 def readyz(runtime: RuntimeDep) -> JSONResponse:
     checks: dict[str, str] = {}
     try:
@@ -28,7 +44,5 @@ def readyz(runtime: RuntimeDep) -> JSONResponse:
         checks["database"] = f"unavailable: {type(exc).__name__}"
     checks["broker"] = broker_reachable(runtime.settings.resolved_broker_url())
     ready = all(value == "ok" for value in checks.values())
-    return JSONResponse(
-        {"status": "ready" if ready else "not ready", "checks": checks},
-        status_code=200 if ready else 503,
-    )
+    body = Readiness(status="ready" if ready else "not ready", checks=checks)
+    return JSONResponse(body.model_dump(), status_code=200 if ready else 503)

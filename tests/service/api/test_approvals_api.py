@@ -207,7 +207,7 @@ def new_approver(runtime, tmp_path: Path, subject: str, tenant: str = TENANT) ->
     write_private_key(private_key, pem)
     with session_scope(runtime.engine) as session:
         issued = tokens.issue(
-            session, tenant=tenant, subject=subject, role=Role.APPROVER, issued_by=OPERATOR
+            session, tenant=tenant, subject=subject, role=Role.APPROVER, actor=OPERATOR
         )
         keys.register(
             session,
@@ -357,7 +357,7 @@ def test_a_statement_for_another_draft_than_the_url_is_refused(api, runtime, dem
     response = post_approval(api, token(demo, "alice"), target, body)
 
     assert_refused(
-        response, 400, "STATEMENT_MISMATCH", runtime=runtime, draft_id=target, before=before
+        response, 409, "STATEMENT_MISMATCH", runtime=runtime, draft_id=target, before=before
     )
     assert snapshot(runtime, other).approvals == 0
 
@@ -370,7 +370,7 @@ def test_a_statement_for_another_tenant_is_refused(api, runtime, demo, door):
     response = post_approval(api, token(demo, "alice"), draft_id, body)
 
     assert_refused(
-        response, 400, "STATEMENT_MISMATCH", runtime=runtime, draft_id=draft_id, before=before
+        response, 409, "STATEMENT_MISMATCH", runtime=runtime, draft_id=draft_id, before=before
     )
 
 
@@ -691,7 +691,7 @@ def test_a_revoked_approver_token_is_refused(api, runtime, demo, door):
     body = body_for(api, demo, draft_id, "alice")
     with session_scope(runtime.engine) as session:
         alice = tokens.authenticate(session, token(demo, "alice"))
-        tokens.revoke(session, tenant=TENANT, token_id=alice.token_id, revoked_by=OPERATOR)
+        tokens.revoke(session, tenant=TENANT, token_id=alice.token_id, actor=OPERATOR)
 
     response = post_approval(api, token(demo, "alice"), draft_id, body)
 

@@ -130,10 +130,10 @@ def test_the_queue_lists_only_the_callers_tenant(api, runtime, demo, door):
             subject="acme-bot",
             role=Role.AGENT,
             on_behalf_of="cust-ada",
-            issued_by=OPERATOR,
+            actor=OPERATOR,
         ).token
         acme_approver = tokens.issue(
-            session, tenant="acme", subject="alice", role=Role.APPROVER, issued_by=OPERATOR
+            session, tenant="acme", subject="alice", role=Role.APPROVER, actor=OPERATOR
         ).token
     theirs = refund(ToolDoor(runtime, stdio_token=acme_agent))["draft_id"]
 
@@ -397,7 +397,7 @@ def test_an_approver_without_a_key_gets_a_statement_with_a_null_key_id(api, runt
     draft_id = refund(door)["draft_id"]
     with session_scope(runtime.engine) as session:
         dave = tokens.issue(
-            session, tenant=TENANT, subject="dave", role=Role.APPROVER, issued_by=OPERATOR
+            session, tenant=TENANT, subject="dave", role=Role.APPROVER, actor=OPERATOR
         ).token
     statement = get_draft(api, dave, draft_id)["statement_to_sign"]
     assert (statement["approver"], statement["key_id"]) == ("dave", None)
@@ -455,19 +455,28 @@ def test_a_draft_shows_approvals_so_far_and_every_revision(api, demo, door):
     assert draft["status"] == "proposed"  # 1 counted approval of 2
 
 
-def test_an_unknown_draft_is_404_draft_unavailable_and_audited(api, runtime, demo):
-    for draft_id in ("dft_" + "0" * 32, "not-even-a-draft-id"):
-        response = get(api, demo["tokens"]["approver_alice"], f"/v1/drafts/{draft_id}")
-        problem = assert_problem(response, 404, "DRAFT_UNAVAILABLE")
-        assert problem["category"] == "unavailable"
-        with Session(runtime.engine) as session:
-            refused = session.scalars(
-                select(AuditEvent)
-                .where(col(AuditEvent.type) == "drafts.read.refused")
-                .order_by(col(AuditEvent.seq).desc())
-            ).first()
-        assert refused is not None
-        assert (refused.draft_id, refused.data["error"]["code"]) == (draft_id, "DRAFT_UNAVAILABLE")
+@pytest.mark.parametrize(
+    ("draft_id", "status", "code"),
+    [
+        ("dft_" + "0" * 32, 404, "DRAFT_UNAVAILABLE"),
+        # malformed ids never reach a query (a column bound would turn them into a 500)
+        ("not-even-a-draft-id", 400, "INVALID_ARGUMENT"),
+        ("dft_" + "0" * 100, 400, "INVALID_ARGUMENT"),
+    ],
+)
+def test_an_unknown_or_malformed_draft_id_is_refused_and_audited(
+    api, runtime, demo, draft_id, status, code
+):
+    response = get(api, demo["tokens"]["approver_alice"], f"/v1/drafts/{draft_id}")
+    assert_problem(response, status, code)
+    with Session(runtime.engine) as session:
+        refused = session.scalars(
+            select(AuditEvent)
+            .where(col(AuditEvent.type) == "drafts.read.refused")
+            .order_by(col(AuditEvent.seq).desc())
+        ).first()
+    assert refused is not None
+    assert (refused.draft_id, refused.data["error"]["code"]) == (draft_id[:64], code)
 
 
 def test_reading_a_draft_past_its_expiry_marks_it_expired(api, runtime, demo, door):

@@ -268,7 +268,7 @@ def test_an_auditor_of_another_tenant_sees_only_its_own_chain(runtime, demo, api
     record(runtime, tenant="acme", actor="approver:zed", type="test.acme")
     with session_scope(runtime.engine) as session:
         acme = tokens.issue(
-            session, tenant="acme", subject="auditor-acme", role=Role.AUDITOR, issued_by="test"
+            session, tenant="acme", subject="auditor-acme", role=Role.AUDITOR, actor="test"
         ).token
 
     seen = all_pages(api, {"tokens": {"auditor": acme}})

@@ -187,8 +187,11 @@ async def test_a_trace_tells_the_whole_interaction_as_the_audit_log_does(stack):
         ("approval.approved", "approved", None, alice),
         ("draft.approved", "approved", None, alice),
         ("execution.requested", "approved", None, alice),
+        ("draft.queued", "approved", None, alice),
         ("execution.started", "approved", None, worker),
+        ("draft.running", "approved", None, worker),
         ("execution.succeeded", "approved", None, worker),
+        ("draft.succeeded", "approved", None, worker),
         ("tool.called", "approved", "get_draft", agent_actor),
     ]
     seqs = [s["seq"] for s in view["steps"]]
@@ -224,10 +227,11 @@ async def test_a_trace_tells_the_whole_interaction_as_the_audit_log_does(stack):
     assert steps[13]["data"]["revision"] == 2
 
     # Execution: the same execution id throughout, one attempt, an outcome.
-    execution_ids = {s["execution_id"] for s in steps[15:18]}
+    # The draft's own status events name the execution that moved it.
+    execution_ids = {s["execution_id"] for s in steps[15:21]}
     assert execution_ids == {execution["execution_id"]}
-    assert steps[17]["data"]["outcome"]["refund_id"]
-    assert "succeeded" in steps[17]["summary"]
+    assert steps[19]["data"]["outcome"]["refund_id"]
+    assert "succeeded" in steps[19]["summary"]
 
     # The drafts, with revisions, approvals and execution.
     drafts = {d["draft_id"]: d for d in view["drafts"]}
@@ -250,7 +254,7 @@ async def test_a_trace_tells_the_whole_interaction_as_the_audit_log_does(stack):
     assert yes["execution"]["execution_id"] == execution["execution_id"]
     assert yes["execution"]["status"] == "succeeded"
     assert [(a["number"], a["result"]) for a in yes["execution"]["attempts"]] == [(1, "succeeded")]
-    assert yes["execution"]["outcome"]["refund_id"] == steps[17]["data"]["outcome"]["refund_id"]
+    assert yes["execution"]["outcome"]["refund_id"] == steps[19]["data"]["outcome"]["refund_id"]
 
     assert view["diagnosis"].startswith("succeeded"), view["diagnosis"]
 
@@ -389,7 +393,7 @@ def test_an_execution_that_failed_on_a_business_rule_is_diagnosed_business_rule(
     assert failed["error"]["code"] == "ORDER_NOT_CANCELLABLE"
     view = get_trace(api, demo, second_trace)
     assert view["diagnosis"].startswith("business rule"), view["diagnosis"]
-    assert view["steps"][-1]["type"] == "execution.failed"
+    assert [s["type"] for s in view["steps"][-2:]] == ["execution.failed", "draft.failed"]
     assert get_trace(api, demo, first_trace)["diagnosis"].startswith("succeeded")
 
 

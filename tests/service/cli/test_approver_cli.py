@@ -427,7 +427,7 @@ def test_a_key_generated_and_registered_with_the_cli_signs_until_revoked(
     assert registered.returncode == 0, registered.stderr
     with session_scope(runtime.engine) as session:
         carol = tokens.issue(
-            session, tenant=TENANT, subject="carol", role=Role.APPROVER, issued_by="operator:test"
+            session, tenant=TENANT, subject="carol", role=Role.APPROVER, actor="operator:test"
         ).token
     first = refund(door, 1_000)
 

@@ -176,7 +176,7 @@ def issue_agent_token(runtime, subject: str, on_behalf_of: str) -> str:
             subject=subject,
             role=Role.AGENT,
             on_behalf_of=on_behalf_of,
-            issued_by="operator:test",
+            actor="operator:test",
         ).token
 
 

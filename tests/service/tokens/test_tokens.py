@@ -30,7 +30,7 @@ def issue(runtime, **fields: Any) -> tokens.IssuedToken:
     if fields.get("role", Role.AGENT) is Role.AGENT:
         defaults["on_behalf_of"] = "cust-ada"
     with session_scope(runtime.engine) as session:
-        return tokens.issue(session, **{**defaults, **fields}, issued_by=ISSUER)
+        return tokens.issue(session, **{**defaults, **fields}, actor=ISSUER)
 
 
 def authenticate(runtime, raw: str | None) -> Principal:
@@ -40,7 +40,7 @@ def authenticate(runtime, raw: str | None) -> Principal:
 
 def revoke(runtime, token_id: str, tenant: str = "acme") -> Any:
     with session_scope(runtime.engine) as session:
-        return tokens.revoke(session, tenant=tenant, token_id=token_id, revoked_by=ISSUER)
+        return tokens.revoke(session, tenant=tenant, token_id=token_id, actor=ISSUER)
 
 
 def audit_events(runtime, tenant: str = "acme") -> list[AuditEvent]:
@@ -153,7 +153,7 @@ def test_an_issue_that_rolls_back_leaves_neither_token_nor_event(runtime):
     def failing_unit_of_work() -> None:
         with session_scope(runtime.engine) as session:
             issued.append(
-                tokens.issue(session, tenant="acme", subject="x", role=Role.ADMIN, issued_by=ISSUER)
+                tokens.issue(session, tenant="acme", subject="x", role=Role.ADMIN, actor=ISSUER)
             )
             raise RuntimeError("the operator's unit of work failed")
 

@@ -15,9 +15,7 @@ import pytest
 from pydantic import BaseModel, Field
 from sqlmodel import Session, select
 
-from mcp_adapter.tools import ToolDoor, build_tools
-from service.actions.base import ActionContext, Outcome, Preview, ReadAction, WriteAction
-from service.actions.registry import RegistryError, build_registry, load_registry
+from mcp_adapter.tools import ToolDoor, mcp_tools
 from service.audit.models import AuditEvent
 from service.config import Settings
 from service.db import session_scope
@@ -25,6 +23,8 @@ from service.drafts.models import Draft
 from service.errors import DomainError
 from service.policies.actions import PolicyError
 from service.principal import Role
+from service.registry.base import ActionContext, Outcome, Preview, ReadAction, WriteAction
+from service.registry.loader import RegistryError, build_registry, load_registry
 from service.runtime import Runtime, build_runtime
 from service.tokens import actions as tokens
 from service.toolcalls.actions import catalog
@@ -32,7 +32,7 @@ from service.tracing import new_trace_id
 from service.validation import StrictInput
 from tests.support.servers import free_port
 
-BUNDLED = "service.shop.actions"
+BUNDLED = "service.shop.definitions"
 DRAFTGATE = Path(sys.executable).parent / "draftgate"
 
 
@@ -104,7 +104,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from service.actions.base import ActionContext, Outcome, Preview, ReadAction, Risk, WriteAction
+from service.registry.base import ActionContext, Outcome, Preview, ReadAction, Risk, WriteAction
 from service.validation import StrictInput
 
 
@@ -164,7 +164,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from service.actions.base import ActionContext, Outcome, Preview, ReadAction, WriteAction
+from service.registry.base import ActionContext, Outcome, Preview, ReadAction, WriteAction
 from service.validation import StrictInput
 
 
@@ -565,7 +565,7 @@ def agent_door(runtime: Runtime) -> ToolDoor:
             subject="helpdesk-bot",
             role=Role.AGENT,
             on_behalf_of="cust-ada",
-            issued_by="operator:test",
+            actor="operator:test",
         )
     return ToolDoor(runtime, stdio_token=issued.token)
 
@@ -585,10 +585,10 @@ def test_user_actions_appear_in_the_catalog_like_the_bundled_ones(user_runtime, 
     assert specs[f"propose_{write}"].action == write
     propose_fields = set(specs[f"propose_{write}"].input_model.model_fields)
     assert propose_fields == {"ticket_id", "resolution", "idempotency_key", "draft_id"}
-    mcp_tools = {tool.name: tool for tool in build_tools(ToolDoor(user_runtime))}
-    assert mcp_tools[read].annotations.read_only_hint is True
-    assert mcp_tools[f"propose_{write}"].annotations.read_only_hint is False
-    assert mcp_tools[f"propose_{write}"].parameters["additionalProperties"] is False
+    tools = {tool.name: tool for tool in mcp_tools(user_runtime)}
+    assert tools[read].annotations.read_only_hint is True
+    assert tools[f"propose_{write}"].annotations.read_only_hint is False
+    assert tools[f"propose_{write}"].input_schema["additionalProperties"] is False
 
 
 def test_a_user_read_action_answers_through_the_tool_door(user_runtime, user_module):

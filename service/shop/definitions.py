@@ -5,11 +5,10 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from service.actions.base import ActionContext, Outcome, Preview, ReadAction, Risk, WriteAction
-from service.errors import Category, DomainError
 from service.masking import mask_phone
 from service.money import AmountView, Money
-from service.shop import carrier, payments, repository, rules
+from service.registry.base import ActionContext, Outcome, Preview, ReadAction, Risk, WriteAction
+from service.shop import carrier, errors, payments, repository, rules
 from service.shop.models import AddressChange, Cancellation, Order, OrderStatus, Refund
 from service.shop.schemas import (
     CancelOrderInput,
@@ -39,7 +38,7 @@ def _order(ctx: ActionContext, order_id: str, *, for_update: bool = False) -> Or
         for_update=for_update,
     )
     if order is None:
-        raise rules.order_unavailable()
+        raise errors.order_unavailable()
     return order
 
 
@@ -142,12 +141,7 @@ class GetLogistics(ReadAction):
         assert order.id is not None
         shipment = repository.shipment(ctx.session, order.id)
         if shipment is None:
-            raise DomainError(
-                "ORDER_NOT_SHIPPED",
-                Category.PRECONDITION_FAILED,
-                f"The order is {order.status} and has not shipped, so there is no tracking yet.",
-                suggested_action="Tell the user the order has not shipped yet.",
-            )
+            raise errors.order_not_shipped(order.status)
         events = carrier.fetch_tracking(ctx.session, shipment, ctx.settings)
         return Logistics(
             order_id=order.order_number,

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from service.actions.base import Action, ReadAction, WriteAction
+from service.registry.base import Action, ReadAction, WriteAction
 
 ACTION_NAME = re.compile(r"[a-z][a-z0-9_]{1,48}")
 # Names the agent-facing catalog uses for itself.

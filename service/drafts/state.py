@@ -1,0 +1,98 @@
+"""The one owner of a draft's status (DESIGN.md §3): the only code that writes it.
+
+Every change of status goes through ``transition``, which knows the allowed moves,
+keeps ``open_dedupe_key`` and ``updated_at`` right, and records the ``draft.<status>``
+audit event in the same unit of work.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlmodel import Session
+
+from service.audit import actions as audit
+from service.drafts.models import OPEN_STATUSES, Draft, DraftStatus
+
+S = DraftStatus
+
+# Where a draft may go from each status. Final statuses go nowhere.
+TRANSITIONS: dict[DraftStatus, frozenset[DraftStatus]] = {
+    S.PROPOSED: frozenset({S.APPROVED, S.REJECTED, S.EXPIRED}),
+    # APPROVED -> FAILED: the worker refused an execution whose draft was set to approved
+    # behind draftgate's back (its approvals do not verify); it fails visibly.
+    S.APPROVED: frozenset({S.QUEUED, S.REJECTED, S.EXPIRED, S.FAILED}),
+    # A queued execution can be refused at claim time (its approvals do not verify).
+    S.QUEUED: frozenset({S.RUNNING, S.FAILED}),
+    # A transient failure queues it again for a later attempt.
+    S.RUNNING: frozenset({S.QUEUED, S.SUCCEEDED, S.FAILED}),
+    S.SUCCEEDED: frozenset(),
+    S.FAILED: frozenset(),
+    S.REJECTED: frozenset(),
+    S.EXPIRED: frozenset(),
+}
+
+
+class IllegalTransition(RuntimeError):
+    """A caller asked for a move the state machine does not allow: a bug, never user input."""
+
+
+def allowed(current: DraftStatus, target: DraftStatus) -> bool:
+    return target in TRANSITIONS[current]
+
+
+def transition(
+    session: Session,
+    draft: Draft,
+    target: DraftStatus,
+    *,
+    now: datetime,
+    actor: str,
+    trace_id: str | None = None,
+    execution_id: str | None = None,
+    reason: str | None = None,
+    data: dict[str, Any] | None = None,
+) -> None:
+    """Move ``draft`` to ``target`` and audit it as ``draft.<target>``; refuse illegal moves.
+
+    ``execution_id`` names the execution that moved it (queued, running and after)."""
+    current = draft.status
+    if not allowed(current, target):
+        raise IllegalTransition(f"draft {draft.id}: {current.value} -> {target.value}")
+    draft.status = target
+    draft.status_reason = reason
+    draft.updated_at = now
+    if target not in OPEN_STATUSES:
+        # No longer open: an identical proposal from now on is a new draft.
+        draft.open_dedupe_key = None
+    session.add(draft)
+    session.flush()
+    audit.record(
+        session,
+        tenant=draft.tenant,
+        actor=actor,
+        type=f"draft.{target.value}",
+        draft_id=draft.id,
+        execution_id=execution_id,
+        trace_id=trace_id,
+        data={"from": current.value, "revision": draft.revision, "reason": reason, **(data or {})},
+    )
+
+
+def expire_if_due(session: Session, draft: Draft, *, now: datetime) -> bool:
+    """Mark an open draft past its ``expires_at`` as expired (deny by default). True if expired."""
+    if draft.status is DraftStatus.EXPIRED:
+        return True
+    if draft.status not in OPEN_STATUSES or now < draft.expires_at:
+        return False
+    transition(
+        session,
+        draft,
+        DraftStatus.EXPIRED,
+        now=now,
+        actor="system:expiry",
+        reason="it was not approved and executed before it expired",
+        data={"expired_at": draft.expires_at.isoformat()},
+    )
+    return True
