@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 
 import anyio
 from mcp.server.auth.provider import AccessToken, TokenVerifier
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.audit import actions as audit
 from service.db import run_unit, session_scope
 from service.errors import DomainError
 from service.principal import Principal, Role
@@ -110,3 +113,43 @@ class CredentialAudit:
                 reason="No bearer token was presented.",
                 trace_id=trace_id,
             )
+
+
+def refuser(runtime: Runtime) -> Callable[[Scope, Send, DomainError], Awaitable[None]]:
+    """How the MCP door answers a request its guards refused before the SDK read it: audited
+    (a bad or missing token is refused as unauthenticated first), then a JSON error."""
+
+    async def refuse(scope: Scope, send: Send, error: DomainError) -> None:
+        headers = {key.lower(): value for key, value in scope["headers"]}
+        trace_id = trace_id_from(headers.get(b"traceparent", b"").decode("latin-1") or None)
+        authorization = headers.get(b"authorization", b"").decode("latin-1")
+        token = authorization[7:].strip() if authorization.lower().startswith("bearer ") else None
+        outcome = await anyio.to_thread.run_sync(_audit_refusal, runtime, token, trace_id, error)
+        status = {"UNAUTHENTICATED": 401, "REQUEST_TOO_LARGE": 413}.get(outcome.code, 400)
+        response = JSONResponse(outcome.to_dict(), status_code=status)
+        await response(scope, _nothing_to_receive, send)
+
+    return refuse
+
+
+def _audit_refusal(
+    runtime: Runtime, token: str | None, trace_id: str, error: DomainError
+) -> DomainError:
+    try:
+        principal = authenticate_for_mcp(runtime, token, trace_id=trace_id, door=DOOR)
+    except DomainError as unauthenticated:
+        return unauthenticated
+    with session_scope(runtime.engine) as session:
+        audit.record_refusal(
+            session,
+            tenant=principal.tenant,
+            actor=principal.actor,
+            operation="request",
+            error=error,
+            trace_id=trace_id,
+        )
+    return error
+
+
+async def _nothing_to_receive() -> Message:
+    return {"type": "http.disconnect"}

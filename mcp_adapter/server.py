@@ -13,8 +13,9 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from mcp_adapter.auth import CredentialAudit, DraftgateTokenVerifier
+from mcp_adapter.auth import CredentialAudit, DraftgateTokenVerifier, refuser
 from mcp_adapter.tools import ToolDoor, ToolHandlers, mcp_tools
+from service.guards import BodyLimit
 from service.runtime import Runtime
 
 INSTRUCTIONS = (
@@ -71,4 +72,15 @@ def create_http_app(runtime: Runtime) -> ASGIApp:
         token_verifier=DraftgateTokenVerifier(runtime),
         custom_starlette_routes=[Route("/healthz", _healthz)],
     )
-    return CredentialAudit(app, runtime)
+    # Bodies are bounded in size and depth before the SDK reads them (its own limits answer
+    # in plain text or as a parse error and leave no audit record).
+    return BodyLimit(
+        CredentialAudit(app, runtime),
+        max_bytes=settings.max_request_bytes,
+        max_json_depth=settings.max_argument_depth + JSON_RPC_ENVELOPE_DEPTH,
+        refuse=refuser(runtime),
+    )
+
+
+# {"params": {"arguments": {...}}}: the levels of a tools/call around its arguments.
+JSON_RPC_ENVELOPE_DEPTH = 3

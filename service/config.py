@@ -90,6 +90,8 @@ class Settings(BaseSettings):
     # Bounds applied to every tool argument object before schema validation.
     max_argument_bytes: int = Field(default=16_384, ge=256)
     max_argument_depth: int = Field(default=6, ge=2)
+    # The largest HTTP request body either door reads (API and MCP), checked before parsing.
+    max_request_bytes: int = Field(default=65_536, ge=1_024)
 
     # The public URL of the MCP endpoint.
     mcp_public_url: str = "http://127.0.0.1:8001/mcp"

@@ -133,3 +133,20 @@ def permission_denied(message: str) -> DomainError:
 
 def internal_error() -> DomainError:
     return INTERNAL_ERROR("The server failed to handle this call. Nothing was changed.")
+
+
+REQUEST_TOO_LARGE = ErrorCode(
+    "REQUEST_TOO_LARGE",
+    Category.INVALID_ARGUMENT,
+    "The HTTP request body is larger than the server reads (DRAFTGATE_MAX_REQUEST_BYTES); "
+    "it was refused before parsing (HTTP 413).",
+    "Send a smaller request; arguments have their own, smaller bounds.",
+)
+
+
+def request_too_large(size: int | None, limit: int) -> DomainError:
+    said = f"{size} bytes" if size is not None else "more than that"
+    return REQUEST_TOO_LARGE(
+        f"The request body is too large ({said}; at most {limit} bytes).",
+        details={"max_bytes": limit},
+    )

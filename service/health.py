@@ -1,11 +1,15 @@
-"""Reachability checks used by readiness probes (no framework, no Celery)."""
+"""What readiness probes and ``draftgate doctor`` check (no framework, no Celery)."""
 
 from __future__ import annotations
 
 import socket
 from urllib.parse import urlsplit
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, text
+from sqlmodel import Session
+
+from service.config import Settings
+from service.sql import utcnow
 
 TIMEOUT_SECONDS = 2.0
 
@@ -33,3 +37,29 @@ def broker_reachable(url: str) -> str:
 
 def _default_port(scheme: str) -> int:
     return {"redis": 6379, "rediss": 6380, "amqp": 5672}.get(scheme, 6379)
+
+
+def readiness(engine: Engine, settings: Settings) -> dict[str, str]:
+    """Each check: "ok", or what is wrong. Ready means every check is ok."""
+    checks = {"database": database_reachable(engine)}
+    checks["broker"] = broker_reachable(settings.resolved_broker_url())
+    if checks["database"] == "ok":
+        checks["audit_checkpoints"] = audit_anchored(engine, settings)
+    return checks
+
+
+def database_reachable(engine: Engine) -> str:
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+    except Exception as exc:  # a probe reports, it does not raise
+        return f"unavailable: {type(exc).__name__}"
+    return "ok"
+
+
+def audit_anchored(engine: Engine, settings: Settings) -> str:
+    from service.audit.health import checkpoint_health  # the audit domain, only when asked
+
+    with Session(engine) as session:
+        health = checkpoint_health(session, settings, now=utcnow())
+    return "ok" if health.ok else f"not anchored: {health.detail}"

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, TypeVar
+import unicodedata
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, model_validator
 
 from service.errors import invalid_argument
+from service.text import first_unsafe
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -33,6 +35,35 @@ class StrictInput(BaseModel):
         return data
 
 
+def _safe_text(value: str) -> str:
+    value = unicodedata.normalize("NFC", value)
+    found = first_unsafe(value)
+    if found:
+        raise ValueError(
+            f"contains {found}, a control or invisible formatting character; send plain text"
+        )
+    return value
+
+
+def _safe_signed_text(value: str) -> str:
+    # Signed bytes cannot be normalised after signing: refuse what is not already NFC.
+    found = first_unsafe(value)
+    if found:
+        raise ValueError(
+            f"contains {found}, a control or invisible formatting character; send plain text"
+        )
+    if not unicodedata.is_normalized("NFC", value):
+        raise ValueError("is not in Unicode normal form C; normalise it before signing")
+    return value
+
+
+# Free text from an agent (or anyone): NFC-normalised, and refused if it holds a character
+# that could hide or fake what an approver reads. Use it for every free-text field.
+SafeText = Annotated[str, AfterValidator(_safe_text)]
+# The same for text inside a signed statement, which is refused rather than normalised.
+SignedText = Annotated[str, AfterValidator(_safe_signed_text)]
+
+
 def check_bounds(arguments: Any, *, max_bytes: int, max_depth: int) -> None:
     """Refuse argument objects that are too large or nested too deeply."""
     if not isinstance(arguments, dict):
@@ -43,12 +74,41 @@ def check_bounds(arguments: Any, *, max_bytes: int, max_depth: int) -> None:
             f"Arguments are nested too deeply (more than {max_depth} levels).",
             details={"max_depth": max_depth},
         )
-    size = len(json.dumps(arguments, ensure_ascii=False, separators=(",", ":")).encode())
+    compact = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+    size = len(compact.encode(errors="surrogatepass"))  # a lone surrogate is refused later
     if size > max_bytes:
         raise invalid_argument(
             f"Arguments are too large ({size} bytes; at most {max_bytes}).",
             details={"max_bytes": max_bytes},
         )
+
+
+def load_json(raw: bytes, *, max_bytes: int, max_depth: int) -> Any:
+    """Parse an untrusted JSON document within bounds, or raise INVALID_ARGUMENT.
+
+    The size is checked before parsing; a document nested deeper than the parser's own
+    recursion limit is refused, not allowed to crash the request; the depth is checked after.
+    """
+    if len(raw) > max_bytes:
+        raise invalid_argument(
+            f"The body is too large ({len(raw)} bytes; at most {max_bytes}).",
+            details={"max_bytes": max_bytes},
+        )
+    try:
+        value = json.loads(raw)
+    except RecursionError:
+        value = None
+        depth_exceeded = True
+    except (ValueError, UnicodeDecodeError):
+        raise invalid_argument("The body is not valid JSON.") from None
+    else:
+        depth_exceeded = _depth(value, limit=max_depth) > max_depth
+    if depth_exceeded:
+        raise invalid_argument(
+            f"The body is nested too deeply (more than {max_depth} levels).",
+            details={"max_depth": max_depth},
+        )
+    return value
 
 
 def _depth(value: Any, *, limit: int) -> int:
@@ -63,6 +123,14 @@ def _depth(value: Any, *, limit: int) -> int:
 
 def parse(model: type[ModelT], arguments: dict[str, Any]) -> ModelT:
     """Validate arguments against a strict model, or raise INVALID_ARGUMENT naming every problem."""
+    surrogates = [
+        f"{path[:MAX_LOCATION]}: contains a lone surrogate (U+D800-U+DFFF), which is not text"
+        for path in _surrogate_paths(arguments)
+    ]
+    if surrogates:  # not even JSON a parser accepts: say where, rather than "invalid JSON"
+        raise invalid_argument(
+            "Invalid arguments: " + "; ".join(surrogates), details={"problems": surrogates}
+        )
     try:
         return model.model_validate_json(json.dumps(arguments))
     except ValidationError as exc:
@@ -71,6 +139,20 @@ def parse(model: type[ModelT], arguments: dict[str, Any]) -> ModelT:
     raise invalid_argument(
         "Invalid arguments: " + "; ".join(problems), details={"problems": problems}
     )
+
+
+def _surrogate_paths(value: Any, prefix: str = "") -> list[str]:
+    if isinstance(value, str):
+        return [prefix or "arguments"] if any(0xD800 <= ord(c) <= 0xDFFF for c in value) else []
+    if isinstance(value, dict):
+        return [
+            p
+            for key, item in value.items()
+            for p in _surrogate_paths(item, f"{prefix}.{key}" if prefix else str(key))
+        ]
+    if isinstance(value, list):
+        return [p for i, item in enumerate(value) for p in _surrogate_paths(item, f"{prefix}.{i}")]
+    return []
 
 
 def _null_paths(value: Any, prefix: str = "") -> list[str]:

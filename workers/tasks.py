@@ -55,7 +55,10 @@ def checkpoint() -> int:
     try:
         key = checkpoints.load_key(settings.resolved_checkpoint_key_file())
     except DomainError as error:
-        logger.warning("no audit checkpoint: %s %s", error.message, error.suggested_action)
-        return 0
+        # Loudly: the task fails (and readiness, doctor and verify report the log unanchored).
+        logger.error(
+            "audit checkpoints are NOT being made: %s %s", error.message, error.suggested_action
+        )
+        raise
     with session_scope(runtime().engine) as session:
         return len(checkpoints.create(session, key, now=utcnow()))

@@ -8,11 +8,12 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
-from service.api.errors import PROBLEM_JSON, install_error_handlers
+from service.api.errors import PROBLEM_JSON, install_error_handlers, refuse_request
 from service.api.publisher import celery_publisher
 from service.api.routes import audit, drafts, executions, health
 from service.config import get_settings
 from service.executions.outbox import Publisher
+from service.guards import BodyLimit
 from service.runtime import Runtime, build_runtime
 
 
@@ -34,6 +35,9 @@ def create_app(runtime: Runtime | None = None, *, publisher: Publisher | None = 
     app.state.runtime = runtime
     app.state.publisher = publisher or celery_publisher(runtime.settings)
     install_error_handlers(app)
+    app.add_middleware(
+        BodyLimit, max_bytes=runtime.settings.max_request_bytes, refuse=refuse_request
+    )
     app.include_router(health.router)
     app.include_router(drafts.router)
     app.include_router(executions.router)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -25,6 +25,7 @@ from service.principal import Principal, Role
 from service.runtime import Runtime
 from service.tokens import actions as tokens
 from service.tracing import trace_id_from
+from service.validation import load_json
 
 DOOR = "http"
 _bearer = HTTPBearer(auto_error=False)
@@ -51,6 +52,23 @@ def get_publisher(request: Request) -> Publisher:
 
 
 PublisherDep = Annotated[Publisher, Depends(get_publisher)]
+
+
+async def read_json_body(request: Request, runtime: RuntimeDep) -> Any:
+    """The request body as JSON, bounded in size and depth before anything trusts it.
+
+    Declare it after the unit of work and the role check: a refusal here is audited
+    under the route's name, and only a caller with the role learns anything about input.
+    """
+    settings = runtime.settings
+    return load_json(
+        await request.body(),
+        max_bytes=settings.max_request_bytes,
+        max_depth=settings.max_argument_depth,
+    )
+
+
+JsonBody = Annotated[Any, Depends(read_json_body)]
 
 
 def get_principal(

@@ -9,9 +9,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
+from starlette.types import Message, Scope, Send
 
 from service.api.deps import authenticate, record_refusal
-from service.errors import Category, DomainError, invalid_argument
+from service.errors import REQUEST_TOO_LARGE, Category, DomainError, invalid_argument
 from service.tracing import trace_id_from
 from service.validation import MAX_LOCATION
 
@@ -68,8 +69,12 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
+# Codes whose HTTP status is more specific than their category's.
+STATUS_BY_CODE = {REQUEST_TOO_LARGE.code: 413}
+
+
 def problem_response(error: DomainError, *, instance: str | None = None) -> JSONResponse:
-    status = STATUS_BY_CATEGORY[error.category]
+    status = STATUS_BY_CODE.get(error.code) or STATUS_BY_CATEGORY[error.category]
     body: dict[str, Any] = {
         "type": f"https://draftgate.dev/problems/{error.code.lower().replace('_', '-')}",
         "title": error.code.replace("_", " ").capitalize(),
@@ -102,6 +107,19 @@ def install_error_handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(DomainError, on_domain_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
+
+
+async def refuse_request(scope: Scope, send: Send, error: DomainError) -> None:
+    """Answer a request the guards refused before routing (e.g. a body over the limit),
+    audited like every refusal (a bad token is still a 401)."""
+    request = Request(scope)
+    outcome = await run_in_threadpool(_audit_invalid_request, request, error)
+    response = problem_response(outcome, instance=request.url.path)
+    await response(scope, _nothing_to_receive, send)
+
+
+async def _nothing_to_receive() -> Message:
+    return {"type": "http.disconnect"}
 
 
 def _audit_invalid_request(request: Request, refusal: DomainError) -> DomainError:

@@ -30,8 +30,10 @@ from service.audit import actions as audit
 from service.canonical import canonical_json, params_sha256
 from service.drafts import repository as drafts_repository
 from service.drafts import state as draft_state
-from service.drafts.errors import draft_expired, draft_unavailable
+from service.drafts.errors import contract_changed, draft_expired, draft_unavailable
 from service.drafts.models import Draft, DraftStatus
+from service.errors import DomainError
+from service.executions import errors as execution_errors
 from service.keys import repository as keys_repository
 from service.keys.models import ApproverKey
 from service.policies.actions import resolve
@@ -93,12 +95,20 @@ def submit(
     _check_identity(principal, draft_id, statement)
     key = _verify_signature(session, principal, statement, request.signature)
     draft = _lock_open_draft(session, principal, draft_id, statement.decision, now=now)
+    check_contract(runtime, draft)
     _check_binding(draft, statement)
     _check_freshness(statement, now=now, skew_seconds=runtime.settings.approval_clock_skew_seconds)
     _check_approver(session, principal, draft)
     approval = _record_decision(session, principal, draft, key, request, now=now, trace_id=trace_id)
     _apply_decision(session, runtime, principal, draft, approval, now=now, trace_id=trace_id)
     return draft
+
+
+def check_contract(runtime: Runtime, draft: Draft) -> None:
+    """Refuse a draft whose action's contract changed in the running code since it was drafted."""
+    action = runtime.registry.write(draft.action)
+    if action is not None and action.contract_version != draft.contract_version:
+        raise contract_changed(draft.action, draft.contract_version, action.contract_version)
 
 
 def _verify_signature(
@@ -225,10 +235,27 @@ class Quorum:
     approvers: list[str] = field(default_factory=list)
     rejected_by: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    # Approvers whose approval verified but whose key was revoked since: they do not count.
+    revoked: list[str] = field(default_factory=list)
 
     @property
     def met(self) -> bool:
         return not self.rejected_by and len(self.approvers) >= self.required
+
+    def refusal(self) -> DomainError:
+        """Why the quorum does not hold, as the error execution is refused with."""
+        # Only revocations stand between it and the quorum: not tampering, a stolen key.
+        only_revoked = self.revoked and len(self.problems) == len(self.revoked)
+        enough_without = len(self.approvers) + len(self.revoked) >= self.required
+        if only_revoked and enough_without and not self.rejected_by:
+            return errors.approval_key_revoked(self.revoked)
+        return execution_errors.approvals_unverified(
+            {
+                "required": self.required,
+                "verified_approvers": self.approvers,
+                "problems": self.problems,
+            }
+        )
 
 
 def check_quorum(session: Session, draft: Draft, runtime: Runtime) -> Quorum:
@@ -247,16 +274,24 @@ def check_quorum(session: Session, draft: Draft, runtime: Runtime) -> Quorum:
     approvers: set[str] = set()
     rejected_by: list[str] = []
     problems: list[str] = []
+    revoked: list[str] = []
     for approval in approvals:
-        problem = approval_problem(approval, draft, keys.get(approval.key_id), digest=digest)
+        key = keys.get(approval.key_id)
+        problem = approval_problem(approval, draft, key, digest=digest)
         if problem:
             problems.append(f"{approval.id} by {approval.approver}: {problem}")
+            if problem == REVOKED_SINCE and approval.decision is Decision.APPROVE:
+                revoked.append(approval.approver)
         elif approval.decision is Decision.REJECT:
             rejected_by.append(approval.approver)
         else:
             approvers.add(approval.approver)
     return Quorum(
-        required=required, approvers=sorted(approvers), rejected_by=rejected_by, problems=problems
+        required=required,
+        approvers=sorted(approvers),
+        rejected_by=rejected_by,
+        problems=problems,
+        revoked=sorted(revoked),
     )
 
 
@@ -306,7 +341,13 @@ def approval_problem(
         return "the signature does not verify"
     if approval.approver in {draft.proposed_by, draft.on_behalf_of}:
         return "the approver proposed the draft"
+    if key.revoked_at is not None:
+        return REVOKED_SINCE
     return None
+
+
+# A valid approval whose key was revoked afterwards: historical, no longer counted.
+REVOKED_SINCE = "the key was revoked after it signed; its approvals no longer count"
 
 
 def _check_identity(principal: Principal, draft_id: str, statement: ApprovalStatement) -> None:

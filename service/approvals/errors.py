@@ -129,3 +129,20 @@ def statement_stale(issued_at: str, skew_seconds: int) -> DomainError:
 
 def draft_not_open(status: str, decision: str) -> DomainError:
     return DRAFT_NOT_OPEN(f"The draft is {status}; it no longer accepts {decision} decisions.")
+
+
+APPROVAL_KEY_REVOKED = ErrorCode(
+    "APPROVAL_KEY_REVOKED",
+    Category.CONFLICT,
+    "An approval the draft relied on was signed with a key that has since been revoked "
+    "(revocation answers a stolen key, so nothing it approved runs); the quorum no longer holds.",
+    "Propose the change again and have it approved with keys that are still active.",
+)
+
+
+def approval_key_revoked(approvers: list[str]) -> DomainError:
+    return APPROVAL_KEY_REVOKED(
+        "The approvals of " + ", ".join(approvers) + " were signed with keys revoked since; "
+        "without them the draft's policy is not met, so nothing was executed.",
+        details={"revoked_approvers": approvers},
+    )

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from service.validation import StrictInput
+from service.validation import SignedText, StrictInput
 
 STATEMENT_TYPE = "draftgate.approval.v1"
 ISSUED_AT_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$"
@@ -35,7 +35,7 @@ class ApprovalStatement(StrictInput):
     issued_at: str = Field(
         pattern=ISSUED_AT_PATTERN, description='RFC 3339 UTC with "Z", e.g. 2026-11-29T10:00:00Z.'
     )
-    reason: str | None = Field(default=None, min_length=1, max_length=2000)
+    reason: SignedText | None = Field(default=None, min_length=1, max_length=2000)
 
     @model_validator(mode="before")
     @classmethod

@@ -8,6 +8,7 @@ rewritten at or before ``seq``; a chain ending before ``seq`` was truncated.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,7 +19,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlmodel import Session, col, select
 
 from service.audit import errors
-from service.audit.models import AuditCheckpoint, AuditHead
+from service.audit.chain import GENESIS_HASH, RecordedEvent, event_hash, record
+from service.audit.models import AuditCheckpoint, AuditEvent, AuditHead
 from service.canonical import canonical_json
 from service.config import Settings
 from service.signing import (
@@ -31,6 +33,8 @@ from service.signing import (
     write_private_key,
 )
 from service.sql import rfc3339
+
+logger = logging.getLogger(__name__)
 
 STATEMENT_TYPE = "draftgate.checkpoint.v1"
 
@@ -70,7 +74,12 @@ def ensure_key(path: Path) -> Ed25519PrivateKey:
 def create(
     session: Session, key: Ed25519PrivateKey, *, now: datetime, tenant: str | None = None
 ) -> list[AuditCheckpoint]:
-    """Sign the current head of every tenant (or one) that moved since its last checkpoint."""
+    """Sign the current head of every tenant (or one) that moved since its last checkpoint.
+
+    The signer trusts no row: it first re-verifies the chain from the last checkpoint to
+    the head. A segment that does not link is not signed (a signature would launder it);
+    a ``security.checkpoint_refused`` event is recorded instead, and readiness reports it.
+    """
     public = public_key_b64(key)
     query = select(AuditHead).where(col(AuditHead.seq) > 0)
     if tenant is not None:
@@ -79,6 +88,10 @@ def create(
     for head in session.exec(query).all():
         latest = latest_for(session, head.tenant)
         if latest is not None and latest.seq >= head.seq:
+            continue
+        problem = segment_problem(session, head, since=latest)
+        if problem is not None:
+            _refuse(session, head, latest, problem)
             continue
         signature = sign(key, canonical_json(statement(head.tenant, head.seq, head.hash, now)))
         checkpoint = AuditCheckpoint(
@@ -93,6 +106,52 @@ def create(
         created.append(checkpoint)
     session.flush()
     return created
+
+
+REFUSED_EVENT = "security.checkpoint_refused"
+
+
+def segment_problem(
+    session: Session, head: AuditHead, *, since: AuditCheckpoint | None
+) -> str | None:
+    """Why the events after ``since`` (or all of them) do not lead to ``head``, or None."""
+    expected_seq = (since.seq if since else 0) + 1
+    previous = since.hash if since else GENESIS_HASH
+    for event in session.exec(
+        select(AuditEvent)
+        .where(col(AuditEvent.tenant) == head.tenant, col(AuditEvent.seq) >= expected_seq)
+        .order_by(col(AuditEvent.seq))
+        .execution_options(yield_per=1_000)
+    ):
+        if event.seq != expected_seq:
+            return f"expected seq {expected_seq}, found {event.seq}"
+        if event.prev_hash != previous or event_hash(event) != event.hash:
+            return f"the event at seq {event.seq} does not link to the one before it"
+        expected_seq, previous = expected_seq + 1, event.hash
+        if event.seq == head.seq:
+            break
+    if (expected_seq - 1, previous) != (head.seq, head.hash):
+        return f"the chain ends at seq {expected_seq - 1}, but the head records seq {head.seq}"
+    return None
+
+
+def _refuse(
+    session: Session, head: AuditHead, latest: AuditCheckpoint | None, problem: str
+) -> None:
+    logger.error("audit chain of %s does not verify; not signing it: %s", head.tenant, problem)
+    record(
+        session,
+        RecordedEvent(
+            tenant=head.tenant,
+            actor="system:checkpoint",
+            type=REFUSED_EVENT,
+            data={
+                "problem": problem,
+                "head_seq": head.seq,
+                "last_checkpoint_seq": latest.seq if latest else 0,
+            },
+        ),
+    )
 
 
 def latest_for(session: Session, tenant: str) -> AuditCheckpoint | None:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
+from datetime import datetime
 
 from sqlalchemy import Engine
 from sqlmodel import Session
 
 from service.audit import actions, checkpoints, repository
 from service.audit.chain import hash_body
+from service.audit.health import anchoring_problem
 from service.audit.models import AuditEvent
 from service.audit.schemas import MAX_PAGE, CheckpointList, EventFilter, EventPage, EventView
 from service.audit.verification import Verification
@@ -64,11 +67,16 @@ def authorize_export(session: Session, principal: Principal, filters: EventFilte
     )
 
 
-def verify(session: Session, principal: Principal, settings: Settings) -> Verification:
+def verify(
+    session: Session, principal: Principal, settings: Settings, *, now: datetime
+) -> Verification:
     """Verify the caller's tenant; pass a ``read_scope`` session (one snapshot)."""
     principal.require(Role.AUDITOR)
-    return actions.verify(
+    result = actions.verify(
         session, principal.tenant, checkpoint_public_key=checkpoints.trusted_public_key(settings)
+    )
+    return replace(
+        result, checkpoint_problem=anchoring_problem(session, settings, principal.tenant, now=now)
     )
 
 

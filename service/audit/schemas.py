@@ -81,6 +81,14 @@ class VerificationReport(BaseModel):
     first_bad_seq: int | None = Field(description="The first event that does not verify.")
     problem: str | None
     checkpoints_checked: int
+    anchored: bool = Field(
+        description="Whether a verified signed checkpoint covers the head: if not, the events "
+        "after anchored_seq could be deleted without verification noticing."
+    )
+    anchored_seq: int
+    checkpoint_problem: str | None = Field(
+        description="Why the chain is not being anchored (e.g. checkpoints overdue), if so."
+    )
 
 
 class CheckpointList(BaseModel):

@@ -25,6 +25,14 @@ class Verification:
     first_bad_seq: int | None
     problem: str | None = None
     checkpoints_checked: int = 0
+    # The last seq a verified, signed checkpoint covers. Events after it are unanchored:
+    # deleting them (truncating the tail) cannot be detected.
+    anchored_seq: int = 0
+    checkpoint_problem: str | None = None  # e.g. checkpoints overdue (server side)
+
+    @property
+    def anchored(self) -> bool:
+        return self.ok and self.anchored_seq == self.head_seq
 
     def report(self) -> dict[str, Any]:
         """The shape of ``GET /v1/audit/verify`` and ``draftgate audit verify --json``."""
@@ -35,6 +43,9 @@ class Verification:
             "first_bad_seq": self.first_bad_seq,
             "problem": self.problem,
             "checkpoints_checked": self.checkpoints_checked,
+            "anchored": self.anchored,
+            "anchored_seq": self.anchored_seq,
+            "checkpoint_problem": self.checkpoint_problem,
         }
 
 
@@ -91,4 +102,7 @@ def verify_chain(
                 contradiction.problem,
                 len(checkpoints),
             )
-    return Verification(True, checked, last_seq, previous, None, None, len(checkpoints))
+    anchored = max((int(c["seq"]) for c in checkpoints), default=0)
+    return Verification(
+        True, checked, last_seq, previous, None, None, len(checkpoints), anchored_seq=anchored
+    )

@@ -190,9 +190,11 @@ def _revise(ctx: ActionContext, draft_id: str, proposal: Proposal) -> tuple[Draf
     twin = repository.by_open_dedupe_key(session, dedupe_key)
     if twin is not None and not expire_if_due(session, twin, now=ctx.now):
         raise errors.duplicate_open_draft(twin.id)
-    # A revision is not a change of status: the draft stays proposed, with a new digest.
+    # A revision is not a change of status: the draft stays proposed, with a new digest,
+    # under the action's current contract (so every approval must be given anew).
     for name, value in proposal.fields.items():
         setattr(draft, name, value)
+    draft.contract_version = action.contract_version
     draft.revision += 1
     draft.open_dedupe_key = dedupe_key
     draft.trace_id = ctx.trace_id or draft.trace_id

@@ -81,3 +81,20 @@ DRAFT_EXPIRED = ErrorCode(
 
 def draft_expired(what: str) -> DomainError:
     return DRAFT_EXPIRED(f"The draft has expired; nothing expired is {what}.")
+
+
+CONTRACT_CHANGED = ErrorCode(
+    "CONTRACT_CHANGED",
+    Category.CONFLICT,
+    "The draft was proposed under another contract_version of its action than the running "
+    "code declares: what was signed (or is about to be) no longer means what it meant.",
+    "Propose the change again (a revision takes the current contract) and approve that.",
+)
+
+
+def contract_changed(action: str, drafted: int, current: int) -> DomainError:
+    return CONTRACT_CHANGED(
+        f"The draft was proposed under contract_version {drafted} of {action}; the running "
+        f"code declares version {current}, so it can no longer be approved or executed.",
+        details={"draft_contract_version": drafted, "current_contract_version": current},
+    )

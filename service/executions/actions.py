@@ -7,7 +7,7 @@ from datetime import datetime
 
 from sqlmodel import Session
 
-from service.approvals.actions import check_quorum
+from service.approvals.actions import check_contract, check_quorum
 from service.audit import actions as audit
 from service.drafts import repository as drafts_repository
 from service.drafts import state as draft_state
@@ -86,17 +86,12 @@ def _check_executable(
         raise errors.draft_rejected()
     if draft.status is not DraftStatus.APPROVED:
         raise errors.not_approved(draft.status.value)
+    check_contract(runtime, draft)
     quorum = check_quorum(session, draft, runtime)
     if not quorum.met:
-        # The status says approved but the signatures do not carry it: someone
-        # changed the database behind our back. Refuse, loudly.
-        raise errors.approvals_unverified(
-            {
-                "required": quorum.required,
-                "verified_approvers": quorum.approvers,
-                "problems": quorum.problems,
-            }
-        )
+        # The status says approved but the signatures do not carry it: a key was revoked
+        # since, or someone changed the database behind our back. Refuse, loudly.
+        raise quorum.refusal()
     return quorum.approvers
 
 

@@ -32,6 +32,7 @@ from sqlmodel import Session
 from service.approvals.actions import check_quorum
 from service.db import session_scope
 from service.drafts import repository as drafts_repository
+from service.drafts.errors import contract_changed
 from service.drafts.models import Draft
 from service.errors import DomainError
 from service.executions import errors, repository, state
@@ -102,21 +103,19 @@ def _claim(runtime: Runtime, execution_id: str) -> Claim | RunResult:
         draft = drafts_repository.get(
             session, execution.tenant, execution.draft_id, for_update=True
         )
-        problem = _refusal(session, runtime, execution, draft)
-        if problem is not None:
+        refusal = _refusal(session, runtime, execution, draft)
+        if refusal is not None:
             state.fail(
                 session,
                 execution,
                 draft,
                 now=now,
-                error={
-                    "code": errors.APPROVALS_UNVERIFIED.code,
-                    "message": problem,
-                    "security": True,
-                },
-                reason="the approvals could not be verified, so nothing was executed",
-                event="security.execution_refused",
-                event_data={"problem": problem},
+                error=refusal.error(),
+                reason="the approvals could not be verified, so nothing was executed"
+                if refusal.security
+                else f"{refusal.message.rstrip('.')}",
+                event="security.execution_refused" if refusal.security else "execution.refused",
+                event_data={"problem": refusal.message, "code": refusal.code},
             )
             return RunResult(ExecutionStatus.FAILED.value)
         assert draft is not None
@@ -166,10 +165,44 @@ def _claim_of(
     )
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """Why an execution must not run: a security problem, or a rule that fails closed."""
+
+    code: str
+    message: str
+    security: bool
+
+    def error(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "security": self.security}
+
+
 def _refusal(
     session: Session, runtime: Runtime, execution: Execution, draft: Draft | None
-) -> str | None:
+) -> Refusal | None:
     """Why this execution must not run, judged from signatures, never from flags."""
+    problem = _tampered(runtime, execution, draft)
+    if problem is not None:
+        return Refusal(errors.APPROVALS_UNVERIFIED.code, problem, security=True)
+    assert draft is not None
+    action = runtime.registry.write(draft.action)
+    assert action is not None
+    if action.contract_version != draft.contract_version:
+        changed = contract_changed(draft.action, draft.contract_version, action.contract_version)
+        return Refusal(changed.code, changed.message, security=False)
+    quorum = check_quorum(session, draft, runtime)
+    if quorum.met:
+        return None
+    refusal = quorum.refusal()
+    if refusal.code != errors.APPROVALS_UNVERIFIED.code:  # a revoked key: fail closed
+        return Refusal(refusal.code, refusal.message, security=False)
+    detail = "; ".join(quorum.problems) or "no rejection-free quorum"
+    message = f"{len(quorum.approvers)} of {quorum.required} required approvals verify ({detail})"
+    return Refusal(errors.APPROVALS_UNVERIFIED.code, message, security=True)
+
+
+def _tampered(runtime: Runtime, execution: Execution, draft: Draft | None) -> str | None:
+    """What in the stored rows disagrees with the execution that was requested."""
     if draft is None:
         return "the draft no longer exists"
     if runtime.registry.write(draft.action) is None:
@@ -178,10 +211,6 @@ def _refusal(
         return "the draft changed after its execution was requested"
     if execution.idempotency_key != f"{draft.id}:{draft.revision}":
         return "the execution's idempotency key does not match its draft"
-    quorum = check_quorum(session, draft, runtime)
-    if not quorum.met:
-        detail = "; ".join(quorum.problems) or "no rejection-free quorum"
-        return f"{len(quorum.approvers)} of {quorum.required} required approvals verify ({detail})"
     return None
 
 

@@ -5,14 +5,14 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from service.tokens.schemas import SUBJECT_PATTERN, TENANT_PATTERN
-from service.validation import StrictInput
+from service.validation import SafeText, StrictInput
 
 
 class KeyRegistration(StrictInput):
     tenant: str = Field(pattern=TENANT_PATTERN)
     approver: str = Field(pattern=SUBJECT_PATTERN)
     public_key: str = Field(pattern=r"^[A-Za-z0-9_-]{43}$", description="Raw key, base64url.")
-    label: str = Field(default="", max_length=200)
+    label: SafeText = Field(default="", max_length=200)
 
 
 class KeyInfo(BaseModel):

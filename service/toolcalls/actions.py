@@ -18,6 +18,7 @@ from service.registry.base import ActionContext
 from service.registry.loader import ActionRegistry
 from service.runtime import Runtime
 from service.sql import utcnow
+from service.text import inert
 from service.toolcalls import errors
 from service.toolcalls.schemas import (
     CONTROL_FIELDS,
@@ -192,7 +193,9 @@ def record_refused_call(
 ) -> None:
     """Audit a refused tool call. Values may be invalid or hostile, so only field names are kept."""
     argument_names = (
-        sorted(str(key)[:64] for key in arguments)[:32] if isinstance(arguments, dict) else []
+        sorted(inert(str(key))[:64] for key in arguments)[:32]
+        if isinstance(arguments, dict)
+        else []
     )
     audit.record(
         session,
@@ -201,7 +204,7 @@ def record_refused_call(
         type="tool.refused",
         trace_id=trace_id,
         data={
-            "tool": name[:128],
+            "tool": inert(name)[:128],
             "argument_names": argument_names,
             "outcome": "refused",
             "error": {

@@ -13,4 +13,4 @@ UNKNOWN_TOOL = ErrorCode(
 
 
 def unknown_tool(name: str) -> DomainError:
-    return UNKNOWN_TOOL(f"There is no tool named {name!r}.")
+    return UNKNOWN_TOOL(f"There is no tool named {name[:64]!r}.")  # bounded: caller-chosen

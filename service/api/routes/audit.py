@@ -22,6 +22,7 @@ from service.audit.schemas import (
     VerificationReport,
 )
 from service.errors import invalid_argument
+from service.sql import utcnow
 from service.tracing import TRACE_ID_PATTERN
 from service.validation import MAX_LOCATION
 
@@ -105,7 +106,7 @@ def export(
     responses=problems(401, 403),
 )
 def verify(session: ReadUnit, runtime: RuntimeDep, principal: Auditor) -> VerificationReport:
-    report = review.verify(session, principal, runtime.settings).report()
+    report = review.verify(session, principal, runtime.settings, now=utcnow()).report()
     return VerificationReport.model_validate(report)
 
 

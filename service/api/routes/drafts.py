@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import APIRouter, BackgroundTasks, Body, Path, Query
+from fastapi import APIRouter, BackgroundTasks, Path, Query
 
-from service.api.deps import Approver, PublisherDep, Reviewer, RuntimeDep, TraceIdDep, Unit
+from service.api.deps import (
+    Approver,
+    JsonBody,
+    PublisherDep,
+    Reviewer,
+    RuntimeDep,
+    TraceIdDep,
+    Unit,
+)
 from service.api.errors import problems
 from service.approvals import actions as approvals
 from service.approvals.schemas import ApprovalRequest
@@ -77,13 +85,13 @@ def get_draft(draft_id: DraftId, session: Unit, principal: Reviewer) -> DraftDet
 )
 def submit_approval(
     draft_id: DraftId,
-    body: Annotated[Any, Body()],
     session: Unit,
     runtime: RuntimeDep,
     principal: Approver,
     trace_id: TraceIdDep,
+    body: JsonBody,
 ) -> DraftDetail:
-    # The body is parsed here, not by FastAPI, so its refusal is the core's INVALID_ARGUMENT.
+    # The body is parsed by the core, not by FastAPI, so its refusal is INVALID_ARGUMENT.
     request = parse(ApprovalRequest, body if isinstance(body, dict) else {"body": body})
     now = utcnow()
     approvals.submit(
