@@ -76,7 +76,8 @@ def test_the_signer_refuses_a_segment_that_does_not_link(runtime, attack):
     assert refused.actor == "system:checkpoint"
     assert refused.data["last_checkpoint_seq"] == 2
     health = readiness(runtime.engine, runtime.settings)["audit_checkpoints"]
-    assert health.startswith("not anchored") and "refused" in health
+    assert health.startswith("not anchored")
+    assert "refused" in health
 
 
 def test_readiness_reports_a_missing_checkpoint_key(runtime):
