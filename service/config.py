@@ -11,13 +11,29 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_STATE_DIR = Path(".draftgate")
 
-# The reference policies (DESIGN.md §4). Thresholds are written in major units
-# of the draft's own currency ("500.00" means 500.00 USD for a USD refund and
-# 500 JPY for a JPY one) and converted with the ISO 4217 exponent.
+
+# The reference policies (DESIGN.md §4). Tiers are written per currency, in major units of
+# that currency (a bound means nothing without its currency); a currency not listed gets
+# the strictest tier. Refunds of one order add up over 30 days, so a large refund cannot be
+# split into small ones that each need a single approver.
+def _refund_tiers(one_approver_up_to: str) -> list[dict[str, Any]]:
+    return [{"up_to": one_approver_up_to, "approvals": 1}, {"approvals": 2}]
+
+
 DEFAULT_POLICIES: dict[str, Any] = {
     "refund": {
         "ttl_seconds": 86_400,
-        "tiers": [{"up_to": "500.00", "approvals": 1}, {"approvals": 2}],
+        "tiers": {
+            "USD": _refund_tiers("500.00"),
+            "EUR": _refund_tiers("500.00"),
+            "GBP": _refund_tiers("400.00"),
+            "CHF": _refund_tiers("450.00"),
+            "CAD": _refund_tiers("700.00"),
+            "AUD": _refund_tiers("750.00"),
+            "CNY": _refund_tiers("3500.00"),
+            "JPY": _refund_tiers("75000"),
+        },
+        "cumulative": {"by": "order_id", "window_seconds": 30 * 86_400},
     },
     "cancel_order": {"ttl_seconds": 86_400, "tiers": [{"approvals": 1}]},
     "change_shipping_address": {"ttl_seconds": 86_400, "tiers": [{"approvals": 1}]},
@@ -69,6 +85,9 @@ class Settings(BaseSettings):
     # stalled execution must be before it re-publishes it.
     sweep_interval_seconds: float = Field(default=30.0, gt=0)
     republish_after_seconds: int = Field(default=60, ge=1)
+    # An execution that has not started this long after it was requested (an outage, a lost
+    # queue) ends expired instead of running hours or days after the approver asked for it.
+    execution_start_deadline_seconds: int = Field(default=3_600, ge=60)
 
     # Fault injection for the reference shop and for drills (never set in production):
     # the shop's payment provider fails transiently this many times per idempotency key,

@@ -32,11 +32,11 @@ from service.drafts import repository as drafts_repository
 from service.drafts import state as draft_state
 from service.drafts.errors import contract_changed, draft_expired, draft_unavailable
 from service.drafts.models import Draft, DraftStatus
+from service.drafts.policy import applied_policy
 from service.errors import DomainError
 from service.executions import errors as execution_errors
 from service.keys import repository as keys_repository
 from service.keys.models import ApproverKey
-from service.policies.actions import resolve
 from service.principal import Principal, Role
 from service.runtime import Runtime
 from service.signing import verify
@@ -265,7 +265,7 @@ def check_quorum(session: Session, draft: Draft, runtime: Runtime) -> Quorum:
     configured policy demands today for the amount in the *signed* params (never
     the unsigned amount columns), so no edited column can lower the bar.
     """
-    required = _required_approvals(draft, runtime)
+    required = _required_approvals(session, draft, runtime)
     if isinstance(required, str):
         return Quorum(required=1, problems=[required])
     digest = params_sha256(draft.params)
@@ -295,7 +295,7 @@ def check_quorum(session: Session, draft: Draft, runtime: Runtime) -> Quorum:
     )
 
 
-def _required_approvals(draft: Draft, runtime: Runtime) -> int | str:
+def _required_approvals(session: Session, draft: Draft, runtime: Runtime) -> int | str:
     """How many approvers the draft needs today, or why that cannot be known."""
     action = runtime.registry.write(draft.action)
     if action is None:
@@ -304,11 +304,19 @@ def _required_approvals(draft: Draft, runtime: Runtime) -> int | str:
         signed = action.Input.model_validate_json(json.dumps(draft.params))
     except ValidationError:
         return "the stored params are not valid for the action"
-    policy = resolve(
+    # The amount of the signed params, added to the peers that were there when it was
+    # proposed (never the unsigned amount columns, never a lowered approvals_required).
+    policy, _ = applied_policy(
+        session,
         runtime.policies,
         draft.action,
+        tenant=draft.tenant,
+        params=draft.params,
         amount=action.amount_of(signed),
         default_ttl_seconds=runtime.settings.default_draft_ttl_seconds,
+        as_of=draft.created_at,
+        draft_id=draft.id,
+        created_before=draft.created_at,
     )
     return max(draft.approvals_required, policy.approvals_required, 1)
 

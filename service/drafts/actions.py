@@ -17,10 +17,10 @@ from service.audit import actions as audit
 from service.canonical import canonical_json, params_sha256, sha256_hex
 from service.drafts import errors, repository
 from service.drafts.models import Draft, DraftRevision, DraftStatus, IdempotencyKey
+from service.drafts.policy import applied_policy
 from service.drafts.schemas import AgentDraftView, agent_view
 from service.drafts.state import expire_if_due
 from service.executions import repository as executions
-from service.policies.actions import resolve
 from service.policies.schemas import AppliedPolicy, PolicyConfig
 from service.principal import Principal, Role
 from service.registry.base import ActionContext, WriteAction
@@ -69,7 +69,7 @@ def propose(
         if isinstance(claimed, Draft):
             return view(ctx.session, action, claimed, replayed=True)
         claim = claimed
-    proposal = _validate(ctx, action, params, params_json, policies)
+    proposal = _validate(ctx, action, params, params_json, policies, target_id)
     if draft_id is not None:
         draft, replayed = _revise(ctx, draft_id, proposal)
     else:
@@ -119,14 +119,20 @@ def _validate(
     params: StrictInput,
     params_json: dict[str, Any],
     policies: dict[str, PolicyConfig],
+    draft_id: str,
 ) -> Proposal:
     """Business validation against current state, and the policy its amount falls under."""
     preview = action.validate(ctx, params)
-    policy = resolve(
+    policy, policy_key = applied_policy(
+        ctx.session,
         policies,
         action.name,
+        tenant=ctx.principal.tenant,
+        params=params_json,
         amount=preview.amount,
         default_ttl_seconds=ctx.settings.default_draft_ttl_seconds,
+        as_of=ctx.now,
+        draft_id=draft_id,
     )
     fields: dict[str, Any] = {
         "params": params_json,
@@ -137,6 +143,7 @@ def _validate(
         "risk": preview.risk.value,
         "policy": policy.model_dump(),
         "approvals_required": policy.approvals_required,
+        "policy_key": policy_key,
         "expires_at": ctx.now + timedelta(seconds=policy.ttl_seconds),
     }
     return Proposal(action=action, fields=fields, policy=policy)

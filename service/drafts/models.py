@@ -35,6 +35,7 @@ class Draft(SQLModel, table=True):
     __table_args__ = (
         Index("ix_drafts_tenant_status_created", "tenant", "status", "created_at"),
         Index("ix_drafts_tenant_created", "tenant", "created_at"),
+        Index("ix_drafts_peers", "tenant", "action", "policy_key", "created_at"),
     )
 
     id: str = Field(primary_key=True, max_length=40)
@@ -50,6 +51,9 @@ class Draft(SQLModel, table=True):
     risk: str = Field(max_length=16)
     policy: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
     approvals_required: int
+    # Drafts with the same policy_key are peers whose amounts add up against the policy's
+    # tiers (a digest of the parameter the policy names, e.g. the order id), or NULL.
+    policy_key: str | None = Field(default=None, max_length=64)
     proposed_by: str = Field(max_length=128)  # the agent's subject
     on_behalf_of: str | None = Field(default=None, max_length=128)
     trace_id: str | None = Field(default=None, max_length=32, index=True)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import delete
+from sqlalchemy import delete, func
 from sqlmodel import Session, col, select
 
-from service.drafts.models import Draft, DraftRevision, IdempotencyKey
+from service.drafts.models import Draft, DraftRevision, DraftStatus, IdempotencyKey
 from service.sql import insert_or_ignore
 
 
@@ -60,6 +60,12 @@ def claim_idempotency_key(
         return None
     statement = select(IdempotencyKey).where(*scope).execution_options(populate_existing=True)
     return session.exec(statement).one()
+
+
+def delete_expired_idempotency_keys(session: Session, *, now: datetime) -> int:
+    """Forget every key past its retention (the sweeper's job); how many were removed."""
+    result = session.execute(delete(IdempotencyKey).where(col(IdempotencyKey.expires_at) < now))
+    return int(getattr(result, "rowcount", 0) or 0)
 
 
 def repoint_idempotency_key(session: Session, key: IdempotencyKey, draft_id: str) -> None:
@@ -118,3 +124,41 @@ def ids_traced(session: Session, tenant: str, trace_id: str) -> set[str]:
         .where(col(Draft.tenant) == tenant, col(DraftRevision.trace_id) == trace_id)
     )
     return set(session.exec(created).all()) | set(session.exec(revised).all())
+
+
+# Drafts that count towards their peers' cumulative amount: everything that may still be, or
+# was, carried out (not rejected, expired or failed).
+COUNTED = (
+    DraftStatus.PROPOSED,
+    DraftStatus.APPROVED,
+    DraftStatus.QUEUED,
+    DraftStatus.RUNNING,
+    DraftStatus.SUCCEEDED,
+)
+
+
+def peers_amount(
+    session: Session,
+    *,
+    tenant: str,
+    action: str,
+    policy_key: str,
+    currency: str,
+    since: datetime,
+    before: datetime | None = None,
+    exclude: str | None = None,
+) -> int:
+    """The summed amount (minor units) of the peer drafts created since a moment."""
+    statement = select(func.coalesce(func.sum(Draft.amount_minor), 0)).where(
+        col(Draft.tenant) == tenant,
+        col(Draft.action) == action,
+        col(Draft.policy_key) == policy_key,
+        col(Draft.currency) == currency,
+        col(Draft.created_at) >= since,
+        col(Draft.status).in_(COUNTED),
+    )
+    if before is not None:
+        statement = statement.where(col(Draft.created_at) < before)
+    if exclude is not None:
+        statement = statement.where(col(Draft.id) != exclude)
+    return int(session.exec(statement).one() or 0)

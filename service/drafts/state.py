@@ -23,8 +23,9 @@ TRANSITIONS: dict[DraftStatus, frozenset[DraftStatus]] = {
     # APPROVED -> FAILED: the worker refused an execution whose draft was set to approved
     # behind draftgate's back (its approvals do not verify); it fails visibly.
     S.APPROVED: frozenset({S.QUEUED, S.REJECTED, S.EXPIRED, S.FAILED}),
-    # A queued execution can be refused at claim time (its approvals do not verify).
-    S.QUEUED: frozenset({S.RUNNING, S.FAILED}),
+    # A queued execution can be refused at claim time (its approvals do not verify), or
+    # expire because it never started before its deadline.
+    S.QUEUED: frozenset({S.RUNNING, S.FAILED, S.EXPIRED}),
     # A transient failure queues it again for a later attempt.
     S.RUNNING: frozenset({S.QUEUED, S.SUCCEEDED, S.FAILED}),
     S.SUCCEEDED: frozenset(),

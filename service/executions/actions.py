@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlmodel import Session
 
@@ -42,7 +42,7 @@ def request(
     if existing is not None:
         return existing, False
     approvers = _check_executable(session, runtime, draft, now=now)
-    execution = _new_execution(principal, draft, now=now)
+    execution = _new_execution(principal, draft, now=now, runtime=runtime)
     if not repository.insert_unless_exists(session, execution):
         winner = repository.for_draft(session, draft.id)
         assert winner is not None
@@ -95,7 +95,10 @@ def _check_executable(
     return quorum.approvers
 
 
-def _new_execution(principal: Principal, draft: Draft, *, now: datetime) -> Execution:
+def _new_execution(
+    principal: Principal, draft: Draft, *, now: datetime, runtime: Runtime
+) -> Execution:
+    republish_after = timedelta(seconds=runtime.settings.republish_after_seconds)
     return Execution(
         id="exe_" + secrets.token_hex(12),
         tenant=draft.tenant,
@@ -108,4 +111,6 @@ def _new_execution(principal: Principal, draft: Draft, *, now: datetime) -> Exec
         trace_id=draft.trace_id,
         created_at=now,
         updated_at=now,
+        # Its first publish follows the commit; the sweeper steps in only if that is lost.
+        republish_at=now + republish_after,
     )

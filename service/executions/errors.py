@@ -46,6 +46,15 @@ DOWNSTREAM_UNAVAILABLE = ErrorCode(
 )
 
 
+EXECUTION_EXPIRED = ErrorCode(
+    "EXECUTION_EXPIRED",
+    Category.PRECONDITION_FAILED,
+    "The execution did not start within DRAFTGATE_EXECUTION_START_DEADLINE_SECONDS of its "
+    "request (an outage, a lost queue); it ends expired rather than running late.",
+    "Propose the change again if it is still wanted.",
+)
+
+
 def not_approved(status: str) -> DomainError:
     return NOT_APPROVED(f"The draft is {status}; only an approved draft can be executed.")
 

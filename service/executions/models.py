@@ -17,9 +17,10 @@ class ExecutionStatus(StrEnum):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    EXPIRED = "expired"  # never started before its deadline: it will not run late
 
 
-FINISHED = frozenset({ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED})
+FINISHED = frozenset({ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED, ExecutionStatus.EXPIRED})
 
 
 class AttemptResult(StrEnum):
@@ -51,6 +52,10 @@ class Execution(SQLModel, table=True):
     lease_expires_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime()))
     # While queued for a retry: not before this moment (early deliveries wait).
     next_attempt_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime()))
+    # How often its task was published, and when the sweeper may publish it again if nothing
+    # happened by then (backing off, so a backlog is not multiplied by re-publishing).
+    publishes: int = 0
+    republish_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime()))
     created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
     updated_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
     finished_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime()))

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import Engine
+from sqlmodel import Session
 
 from service.db import session_scope
 from service.executions import repository
@@ -24,6 +25,20 @@ logger = logging.getLogger(__name__)
 Publisher = Callable[[str, list[str]], None]
 
 
+def mark_published(session: Session, execution_id: str, *, now: datetime, after: float) -> None:
+    """Remember a publish; the sweeper waits twice as long after each one before the next."""
+    execution = repository.get(session, execution_id)
+    if execution is None:
+        return
+    execution.publishes += 1
+    backoff = min(after * 2 ** (execution.publishes - 1), MAX_REPUBLISH_BACKOFF_SECONDS)
+    execution.republish_at = now + timedelta(seconds=backoff)
+    session.add(execution)
+
+
+MAX_REPUBLISH_BACKOFF_SECONDS = 3_600
+
+
 def publish_pending(
     engine: Engine,
     publish: Publisher,
@@ -31,6 +46,7 @@ def publish_pending(
     created_before: datetime | None = None,
     execution_id: str | None = None,
     limit: int = 100,
+    republish_after: int = 60,
 ) -> int:
     """Publish unpublished outbox rows (oldest first); returns how many were published.
 
@@ -53,9 +69,11 @@ def publish_pending(
                 if message is None or message.published_at is not None:
                     continue
                 publish(message.task, [message.execution_id])
-                message.published_at = utcnow()
+                now = utcnow()
+                message.published_at = now
                 message.publish_count += 1
                 session.add(message)
+                mark_published(session, message.execution_id, now=now, after=republish_after)
         except Exception:  # the broker is down: leave the row for the sweeper
             logger.warning(
                 "could not publish outbox message %s; the sweeper will retry",

@@ -5,7 +5,7 @@ from datetime import datetime
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
-from service.executions.models import Execution, ExecutionAttempt, OutboxMessage
+from service.executions.models import Execution, ExecutionAttempt, ExecutionStatus, OutboxMessage
 from service.sql import insert_or_ignore
 
 
@@ -68,20 +68,40 @@ def outbox_message(
     return session.exec(statement).one_or_none()
 
 
-def stalled(
-    session: Session, *, quiet_since: datetime, now: datetime, limit: int = 100
-) -> list[Execution]:
-    """Executions whose message may be lost: nothing happened to them since ``quiet_since``,
-    and they are either queued and due, or running with an expired lease (the worker died)."""
+def stalled(session: Session, *, now: datetime, limit: int = 100) -> list[Execution]:
+    """Executions whose message may be lost: due to be published again (their backoff since
+    the last publish has passed), and either queued and due to run, or running with an
+    expired lease (the worker died)."""
     due = func.coalesce(col(Execution.next_attempt_at), col(Execution.updated_at)) <= now
+    republish = func.coalesce(col(Execution.republish_at), col(Execution.updated_at)) <= now
     statement = (
         select(Execution)
         .where(
-            col(Execution.updated_at) <= quiet_since,
-            ((col(Execution.status) == "queued") & due)
-            | ((col(Execution.status) == "running") & (col(Execution.lease_expires_at) <= now)),
+            republish,
+            ((col(Execution.status) == ExecutionStatus.QUEUED) & due)
+            | (
+                (col(Execution.status) == ExecutionStatus.RUNNING)
+                & (col(Execution.lease_expires_at) <= now)
+            ),
         )
         .order_by(col(Execution.updated_at))
+        .limit(limit)
+    )
+    return list(session.exec(statement).all())
+
+
+def never_started(
+    session: Session, *, requested_before: datetime, limit: int = 100
+) -> list[Execution]:
+    """Queued executions that never had an attempt and were requested before the moment."""
+    statement = (
+        select(Execution)
+        .where(
+            col(Execution.status) == ExecutionStatus.QUEUED,
+            col(Execution.attempts) == 0,
+            col(Execution.created_at) <= requested_before,
+        )
+        .order_by(col(Execution.created_at))
         .limit(limit)
     )
     return list(session.exec(statement).all())

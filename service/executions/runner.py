@@ -23,7 +23,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
@@ -103,6 +103,10 @@ def _claim(runtime: Runtime, execution_id: str) -> Claim | RunResult:
         draft = drafts_repository.get(
             session, execution.tenant, execution.draft_id, for_update=True
         )
+        deadline = runtime.settings.execution_start_deadline_seconds
+        if _too_late(execution, now, deadline):
+            state.expire(session, execution, draft, now=now, deadline=deadline)
+            return RunResult(ExecutionStatus.EXPIRED.value)
         refusal = _refusal(session, runtime, execution, draft)
         if refusal is not None:
             state.fail(
@@ -139,6 +143,12 @@ def _not_now(execution: Execution, now: datetime) -> RunResult | None:
     if status is ExecutionStatus.QUEUED and _after(execution.next_attempt_at, now):
         return RunResult(status.value, retry_in=_seconds_until(execution.next_attempt_at, now))
     return None
+
+
+def _too_late(execution: Execution, now: datetime, deadline: int) -> bool:
+    """Never started, and requested longer ago than the deadline allows."""
+    never_started = execution.status is ExecutionStatus.QUEUED and execution.attempts == 0
+    return never_started and now - execution.created_at > timedelta(seconds=deadline)
 
 
 def _claim_of(
@@ -288,7 +298,15 @@ def _record_failure(runtime: Runtime, claim: Claim, error: DomainError) -> RunRe
                 settings.execution_retry_base_seconds * 2 ** (execution.attempts - 1),
                 settings.execution_retry_max_seconds,
             )
-            state.retry_later(session, execution, draft, now=now, delay=delay, error=detail)
+            state.retry_later(
+                session,
+                execution,
+                draft,
+                now=now,
+                delay=delay,
+                error=detail,
+                republish_after=settings.republish_after_seconds,
+            )
             return RunResult(ExecutionStatus.QUEUED.value, retry_in=delay)
         exhausted = error.retryable
         reason = (

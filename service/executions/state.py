@@ -15,7 +15,7 @@ from sqlmodel import Session
 from service.audit import actions as audit
 from service.drafts import state as draft_state
 from service.drafts.models import Draft, DraftStatus
-from service.executions import repository
+from service.executions import errors, repository
 from service.executions.models import (
     AttemptResult,
     Execution,
@@ -27,11 +27,13 @@ WORKER = "system:worker"
 E = ExecutionStatus
 
 TRANSITIONS: dict[ExecutionStatus, frozenset[ExecutionStatus]] = {
-    E.QUEUED: frozenset({E.RUNNING, E.FAILED}),
+    # QUEUED -> EXPIRED: never started before its deadline (an outage); it will not run late.
+    E.QUEUED: frozenset({E.RUNNING, E.FAILED, E.EXPIRED}),
     # RUNNING -> RUNNING: another delivery takes over after the lease expired.
     E.RUNNING: frozenset({E.RUNNING, E.QUEUED, E.SUCCEEDED, E.FAILED}),
     E.SUCCEEDED: frozenset(),
     E.FAILED: frozenset(),
+    E.EXPIRED: frozenset(),
 }
 
 
@@ -83,13 +85,16 @@ def retry_later(
     now: datetime,
     delay: float,
     error: dict[str, Any],
+    republish_after: float,
 ) -> None:
-    """Close the attempt as a transient failure and queue the execution for a later one."""
+    """Close the attempt as a transient failure and queue the execution for a later one
+    (the task retries itself; the sweeper only steps in well after it is due)."""
     attempt = execution.attempts
     close_attempt(session, execution, AttemptResult.RETRY, now=now, detail=error)
     _move(execution, ExecutionStatus.QUEUED, now=now)
     execution.lease_expires_at = None
     execution.next_attempt_at = now + timedelta(seconds=delay)
+    execution.republish_at = execution.next_attempt_at + timedelta(seconds=republish_after)
     execution.error = error
     session.add(execution)
     record(
@@ -128,6 +133,20 @@ def fail(
     _finish(session, execution, ExecutionStatus.FAILED, now=now, error=error)
     record(session, execution, event, event_data or {"attempt": execution.attempts, "error": error})
     _move_draft(session, execution, draft, DraftStatus.FAILED, now=now, reason=reason)
+
+
+def expire(
+    session: Session, execution: Execution, draft: Draft | None, *, now: datetime, deadline: int
+) -> None:
+    """End an execution that never started within ``deadline`` seconds of its request."""
+    reason = (
+        f"it did not start within {deadline} s of the execution request, so it will not run "
+        "late; nothing was executed"
+    )
+    error = {"code": errors.EXECUTION_EXPIRED.code, "message": reason}
+    _finish(session, execution, ExecutionStatus.EXPIRED, now=now, error=error)
+    record(session, execution, "execution.expired", {"deadline_seconds": deadline})
+    _move_draft(session, execution, draft, DraftStatus.EXPIRED, now=now, reason=reason)
 
 
 def close_attempt(

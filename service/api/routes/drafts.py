@@ -128,5 +128,11 @@ def execute(
     if created:
         # Background tasks run after the unit of work committed: a request that rolls
         # back never sends a message (and a lost publish is the sweeper's to redo).
-        background.add_task(publish_pending, runtime.engine, publisher, execution_id=execution.id)
+        background.add_task(
+            publish_pending,
+            runtime.engine,
+            publisher,
+            execution_id=execution.id,
+            republish_after=runtime.settings.republish_after_seconds,
+        )
     return ExecutionAccepted(execution_id=execution.id, status=execution.status)

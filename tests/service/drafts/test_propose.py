@@ -263,8 +263,9 @@ def test_a_refund_of_exactly_500_usd_needs_one_approver(runtime, door):
     ("order_key", "amount", "summary_amount", "required"),
     [
         ("delivered_jpy", {"amount_minor": 500, "currency": "JPY"}, "500 JPY", 1),
-        ("delivered_jpy", {"amount_minor": 8_800, "currency": "JPY"}, "8,800 JPY", 2),
-        ("delivered_kwd", {"amount_minor": 12_500, "currency": "KWD"}, "12.500 KWD", 1),
+        ("delivered_jpy", {"amount_minor": 8_800, "currency": "JPY"}, "8,800 JPY", 1),
+        # KWD has no tiers of its own: the strictest applies, whatever the amount
+        ("delivered_kwd", {"amount_minor": 12_500, "currency": "KWD"}, "12.500 KWD", 2),
     ],
 )
 def test_summary_uses_the_currency_exponent(

@@ -26,7 +26,7 @@ EXPECTED = {
         DraftStatus.EXPIRED,
         DraftStatus.FAILED,
     },
-    DraftStatus.QUEUED: {DraftStatus.RUNNING, DraftStatus.FAILED},
+    DraftStatus.QUEUED: {DraftStatus.RUNNING, DraftStatus.FAILED, DraftStatus.EXPIRED},
     DraftStatus.RUNNING: {DraftStatus.QUEUED, DraftStatus.SUCCEEDED, DraftStatus.FAILED},
 }
 
