@@ -15,7 +15,7 @@ from starlette.types import ASGIApp
 
 from mcp_adapter.auth import CredentialAudit, DraftgateTokenVerifier, refuser
 from mcp_adapter.tools import ToolDoor, ToolHandlers, mcp_tools
-from service.guards import BodyLimit
+from service.guards import AddressLimit, BodyLimit
 from service.runtime import Runtime
 
 INSTRUCTIONS = (
@@ -74,12 +74,14 @@ def create_http_app(runtime: Runtime) -> ASGIApp:
     )
     # Bodies are bounded in size and depth before the SDK reads them (its own limits answer
     # in plain text or as a parse error and leave no audit record).
-    return BodyLimit(
+    refuse = refuser(runtime)
+    bounded = BodyLimit(
         CredentialAudit(app, runtime),
         max_bytes=settings.max_request_bytes,
         max_json_depth=settings.max_argument_depth + JSON_RPC_ENVELOPE_DEPTH,
-        refuse=refuser(runtime),
+        refuse=refuse,
     )
+    return AddressLimit(bounded, limiter=runtime.limiter, refuse=refuse)
 
 
 # {"params": {"arguments": {...}}}: the levels of a tools/call around its arguments.

@@ -32,6 +32,7 @@ from mcp_adapter.errors import as_tool_error
 from service.db import run_unit, session_scope
 from service.errors import DomainError, internal_error
 from service.principal import Principal
+from service.ratelimit import record_throttled
 from service.runtime import Runtime
 from service.toolcalls import actions as toolcalls
 from service.toolcalls.schemas import ToolSpec
@@ -57,7 +58,7 @@ class ToolDoor:
                 self.runtime, self.stdio_token, trace_id=trace_id, door=f"{DOOR}-stdio"
             )
 
-        def refused(session: Any, error: DomainError) -> None:
+        def refused(session: Any, error: DomainError, extra: dict[str, int] | None = None) -> None:
             toolcalls.record_refused_call(
                 session,
                 principal,
@@ -66,8 +67,17 @@ class ToolDoor:
                 error=error,
                 latency_us=int((time.perf_counter() - started) * 1_000_000),
                 trace_id=trace_id,
+                extra=extra,
             )
 
+        limited = self._over_limit(principal)
+        if limited is not None:  # a flood: its refusals are audited as a count
+
+            def flood(session: Any, extra: dict[str, int]) -> None:
+                refused(session, limited, extra)
+
+            record_throttled(engine, self.runtime.limiter, f"tools:{principal.token_id}", flood)
+            raise limited
         try:
             return run_unit(
                 engine,
@@ -89,6 +99,13 @@ class ToolDoor:
             with session_scope(engine) as session:
                 refused(session, error)
             raise error from exc
+
+    def _over_limit(self, principal: Principal) -> DomainError | None:
+        try:
+            self.runtime.limiter.check_token(principal.token_id)
+        except DomainError as limited:
+            return limited
+        return None
 
 
 def mcp_tools(runtime: Runtime) -> list[Tool]:

@@ -109,6 +109,14 @@ class Settings(BaseSettings):
     # Bounds applied to every tool argument object before schema validation.
     max_argument_bytes: int = Field(default=16_384, ge=256)
     max_argument_depth: int = Field(default=6, ge=2)
+    # Rate limits ("<count>/<second|minute|hour>"; empty: none), counted in memory per process
+    # or, with a redis:// URL, shared by every replica. Beyond the first refusals per window
+    # from one address, refusals are audited as a count, not one event each.
+    rate_limit_storage_url: str = "memory://"
+    rate_limit_per_address: str = "6000/minute"
+    rate_limit_per_token: str = "3000/minute"  # noqa: S105 - a rate, not a secret
+    rate_limit_recorded_refusals: str = "20/minute"
+
     # The largest HTTP request body either door reads (API and MCP), checked before parsing.
     max_request_bytes: int = Field(default=65_536, ge=1_024)
 

@@ -150,3 +150,19 @@ def request_too_large(size: int | None, limit: int) -> DomainError:
         f"The request body is too large ({said}; at most {limit} bytes).",
         details={"max_bytes": limit},
     )
+
+
+RATE_LIMITED = ErrorCode(
+    "RATE_LIMITED",
+    Category.TRANSIENT,
+    "Too many requests from this client address or with this token in the current window "
+    "(HTTP 429, with Retry-After).",
+    "Wait the number of seconds in details.retry_after_seconds, then retry.",
+)
+
+
+def rate_limited(scope: str, retry_after: int) -> DomainError:
+    return RATE_LIMITED(
+        f"Too many requests {scope}; retry in {retry_after} s.",
+        details={"retry_after_seconds": retry_after},
+    )

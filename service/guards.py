@@ -1,5 +1,5 @@
-"""Guards in front of both HTTP doors, written as plain ASGI (no framework): a request body
-is bounded before any parser sees it.
+"""Guards in front of both HTTP doors, written as plain ASGI (no framework): a client address
+over its rate limit is turned away, and a request body is bounded before any parser sees it.
 
 What a refusal looks like, and how it is audited, is the door's business: each door passes
 a ``refuse`` callback that answers the request with the domain error.
@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from service.errors import DomainError, request_too_large
+from service.ratelimit import RateLimiter
 from service.validation import load_json
 
 Scope = MutableMapping[str, Any]
@@ -90,3 +91,27 @@ def _content_length(scope: Scope) -> int | None:
             except ValueError:
                 return None
     return None
+
+
+def client_address(scope: Scope) -> str:
+    """The peer address of a request (behind a proxy: what the server was told it is)."""
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
+class AddressLimit:
+    """Refuse requests from a client address over its rate limit, before anything else runs."""
+
+    def __init__(self, app: App, *, limiter: RateLimiter, refuse: Refuse) -> None:
+        self._app = app
+        self._limiter = limiter
+        self._refuse = refuse
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            try:
+                self._limiter.check_address(client_address(scope))
+            except DomainError as error:
+                await self._refuse(scope, send, error)
+                return
+        await self._app(scope, receive, send)

@@ -11,6 +11,7 @@ from service.cursors import CursorCodec
 from service.db import make_engine
 from service.policies.actions import PolicyError, load_policies
 from service.policies.schemas import PolicyConfig
+from service.ratelimit import Limits, RateLimiter
 from service.registry.loader import ActionRegistry, load_registry
 
 
@@ -21,6 +22,7 @@ class Runtime:
     registry: ActionRegistry
     policies: dict[str, PolicyConfig]
     cursors: CursorCodec
+    limiter: RateLimiter
 
 
 def build_runtime(settings: Settings, *, engine: Engine | None = None) -> Runtime:
@@ -41,4 +43,12 @@ def build_runtime(settings: Settings, *, engine: Engine | None = None) -> Runtim
         registry=registry,
         policies=policies,
         cursors=CursorCodec(settings.resolved_secret_key_file()),
+        limiter=RateLimiter(
+            Limits(
+                storage_url=settings.rate_limit_storage_url,
+                per_address=settings.rate_limit_per_address,
+                per_token=settings.rate_limit_per_token,
+                recorded_refusals=settings.rate_limit_recorded_refusals,
+            )
+        ),
     )

@@ -13,7 +13,7 @@ from service.api.publisher import celery_publisher
 from service.api.routes import audit, drafts, executions, health
 from service.config import get_settings
 from service.executions.outbox import Publisher
-from service.guards import BodyLimit
+from service.guards import AddressLimit, BodyLimit
 from service.runtime import Runtime, build_runtime
 
 
@@ -35,9 +35,11 @@ def create_app(runtime: Runtime | None = None, *, publisher: Publisher | None = 
     app.state.runtime = runtime
     app.state.publisher = publisher or celery_publisher(runtime.settings)
     install_error_handlers(app)
+    # Starlette runs the last added outermost: the address limit first, then the body limit.
     app.add_middleware(
         BodyLimit, max_bytes=runtime.settings.max_request_bytes, refuse=refuse_request
     )
+    app.add_middleware(AddressLimit, limiter=runtime.limiter, refuse=refuse_request)
     app.include_router(health.router)
     app.include_router(drafts.router)
     app.include_router(executions.router)

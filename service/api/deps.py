@@ -18,12 +18,13 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 
 from service.audit import actions as audit
-from service.db import read_scope, run_unit, session_scope
+from service.db import read_scope, session_scope
 from service.errors import DomainError
 from service.executions.outbox import Publisher
+from service.guards import client_address
 from service.principal import Principal, Role
 from service.runtime import Runtime
-from service.tokens import actions as tokens
+from service.tokens.authentication import authenticate_presented
 from service.tracing import trace_id_from
 from service.validation import load_json
 
@@ -72,30 +73,23 @@ JsonBody = Annotated[Any, Depends(read_json_body)]
 
 
 def get_principal(
+    request: Request,
     runtime: RuntimeDep,
     trace_id: TraceIdDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     """The caller, from the bearer token only; a refusal is audited in its own transaction."""
-    return authenticate(runtime, credentials.credentials if credentials else None, trace_id)
+    presented = credentials.credentials if credentials else None
+    return authenticate(runtime, presented, trace_id, source=client_address(request.scope))
 
 
 CurrentPrincipal = Annotated[Principal, Depends(get_principal)]
 
 
-def authenticate(runtime: Runtime, presented: str | None, trace_id: str) -> Principal:
-    return run_unit(
-        runtime.engine,
-        lambda session: tokens.authenticate(session, presented),
-        on_refusal=lambda session, error: tokens.record_refused_credential(
-            session,
-            tenant=runtime.settings.default_tenant,
-            door=DOOR,
-            reason=error.message,
-            trace_id=trace_id,
-            presented=presented,
-        ),
-    )
+def authenticate(
+    runtime: Runtime, presented: str | None, trace_id: str, *, source: str
+) -> Principal:
+    return authenticate_presented(runtime, presented, door=DOOR, source=source, trace_id=trace_id)
 
 
 def record_refusal(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -12,7 +13,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import Message, Scope, Send
 
 from service.api.deps import authenticate, record_refusal
-from service.errors import REQUEST_TOO_LARGE, Category, DomainError, invalid_argument
+from service.errors import RATE_LIMITED, REQUEST_TOO_LARGE, Category, DomainError, invalid_argument
+from service.guards import client_address
+from service.tokens.authentication import record_refused
 from service.tracing import trace_id_from
 from service.validation import MAX_LOCATION
 
@@ -70,7 +73,7 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 
 # Codes whose HTTP status is more specific than their category's.
-STATUS_BY_CODE = {REQUEST_TOO_LARGE.code: 413}
+STATUS_BY_CODE = {REQUEST_TOO_LARGE.code: 413, RATE_LIMITED.code: 429}
 
 
 def problem_response(error: DomainError, *, instance: str | None = None) -> JSONResponse:
@@ -84,7 +87,9 @@ def problem_response(error: DomainError, *, instance: str | None = None) -> JSON
     }
     if instance:
         body["instance"] = instance
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
+    if "retry_after_seconds" in error.details:
+        headers["Retry-After"] = str(error.details["retry_after_seconds"])
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
@@ -110,10 +115,24 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 async def refuse_request(scope: Scope, send: Send, error: DomainError) -> None:
-    """Answer a request the guards refused before routing (e.g. a body over the limit),
-    audited like every refusal (a bad token is still a 401)."""
+    """Answer a request the guards refused before routing (a flood from one address, a body
+    over the limit), audited like every refusal (a bad token is still a 401)."""
     request = Request(scope)
-    outcome = await run_in_threadpool(_audit_invalid_request, request, error)
+    if error.code == RATE_LIMITED.code:  # a flood: counted, not one event per request
+        runtime = request.app.state.runtime
+        await run_in_threadpool(
+            partial(
+                record_refused,
+                runtime,
+                door="http",
+                source=client_address(scope),
+                reason=error.message,
+                trace_id=trace_id_from(request.headers.get("traceparent")),
+            )
+        )
+        outcome = error
+    else:
+        outcome = await run_in_threadpool(_audit_invalid_request, request, error)
     response = problem_response(outcome, instance=request.url.path)
     await response(scope, _nothing_to_receive, send)
 
@@ -133,7 +152,7 @@ def _audit_invalid_request(request: Request, refusal: DomainError) -> DomainErro
     scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
     presented = credentials.strip() if scheme.lower() == "bearer" else None
     try:
-        principal = authenticate(runtime, presented, trace_id)
+        principal = authenticate(runtime, presented, trace_id, source=client_address(request.scope))
     except DomainError as unauthenticated:
         return unauthenticated
     record_refusal(request, runtime, principal, refusal, trace_id)

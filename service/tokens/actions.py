@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from typing import Any
 
 from sqlmodel import Session
 
@@ -136,9 +137,12 @@ def record_refused_credential(
     reason: str,
     trace_id: str | None = None,
     presented: str | None = None,
+    extra: dict[str, int] | None = None,
 ) -> None:
-    """Audit a refused credential: a short prefix of its digest is kept, never the secret."""
-    data: dict[str, str] = {"door": door, "reason": reason}
+    """Audit a refused credential: a short prefix of its digest is kept, never the secret.
+
+    ``extra`` carries the count of refusals a flood left unrecorded (``suppressed_before``)."""
+    data: dict[str, Any] = {"door": door, "reason": reason, **(extra or {})}
     if presented:
         data["token_sha256_prefix"] = digest(presented)[:12]
     audit.record(

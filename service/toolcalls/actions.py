@@ -190,8 +190,11 @@ def record_refused_call(
     error: DomainError,
     latency_us: int,
     trace_id: str | None,
+    extra: dict[str, int] | None = None,
 ) -> None:
-    """Audit a refused tool call. Values may be invalid or hostile, so only field names are kept."""
+    """Audit a refused tool call. Values may be invalid or hostile, so only field names are kept.
+
+    ``extra`` carries the count of refusals a flood left unrecorded (``suppressed_before``)."""
     argument_names = (
         sorted(inert(str(key))[:64] for key in arguments)[:32]
         if isinstance(arguments, dict)
@@ -213,5 +216,6 @@ def record_refused_call(
                 "message": error.message,
             },
             "latency_us": latency_us,
+            **(extra or {}),
         },
     )
