@@ -28,6 +28,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
+        # Below the lease, so a stuck attempt ends (and is retried) before another delivery
+        # could take it over. Enforced by the prefork pool; the embedded solo pool has none.
+        "task_soft_time_limit": settings.execution_lease_seconds * 0.8,
+        "task_time_limit": settings.execution_lease_seconds * 0.9,
         "task_ignore_result": True,
         "task_serializer": "json",
         "accept_content": ["json"],

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import func
+from sqlalchemy import func, update
 from sqlmodel import Session, col, select
 
 from service.executions.models import Execution, ExecutionAttempt, ExecutionStatus, OutboxMessage
@@ -105,3 +105,27 @@ def never_started(
         .limit(limit)
     )
     return list(session.exec(statement).all())
+
+
+def renew_lease(session: Session, execution_id: str, attempt: int, *, until: datetime) -> bool:
+    """Extend the lease of a running attempt; False if the attempt no longer owns it."""
+    result = session.execute(
+        update(Execution)
+        .where(
+            col(Execution.id) == execution_id,
+            col(Execution.attempts) == attempt,
+            col(Execution.status) == ExecutionStatus.RUNNING,
+        )
+        .values(lease_expires_at=until)
+    )
+    return bool(getattr(result, "rowcount", 0))
+
+
+def owned_by(session: Session, execution_id: str, attempt: int) -> bool:
+    """Under a row lock: is ``attempt`` still the running attempt (the fencing check)?"""
+    execution = get(session, execution_id, for_update=True)
+    return (
+        execution is not None
+        and execution.status is ExecutionStatus.RUNNING
+        and execution.attempts == attempt
+    )

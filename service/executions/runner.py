@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -68,13 +71,21 @@ class Claim:
     recovery_only: bool = False
 
 
+class LeaseLost(Exception):
+    """Another delivery took the execution over while this attempt ran: it must not commit."""
+
+
 def run_execution(runtime: Runtime, execution_id: str) -> RunResult:
     """Drive one execution as far as it can go now."""
     claim = _claim(runtime, execution_id)
     if isinstance(claim, RunResult):
         return claim
     try:
-        outcome = _apply(runtime, claim)
+        with _heartbeat(runtime, claim):
+            outcome = _apply(runtime, claim)
+    except LeaseLost:
+        logger.warning("execution %s attempt %s lost its lease", execution_id, claim.attempt)
+        return RunResult("superseded")
     except Exception as exc:  # every failure ends visibly: retried within the limit, or final
         error = _as_domain_error(exc, claim)
         # A final refusal may be the world already containing *this* change, made by a
@@ -236,7 +247,39 @@ def _apply(runtime: Runtime, claim: Claim) -> Outcome:
             raise errors.attempts_exhausted(claim.attempt - 1)
         params = action.Input.model_validate_json(json.dumps(claim.params))
         action.validate(ctx, params)
-        return action.execute(ctx, params, claim.idempotency_key)
+        outcome = action.execute(ctx, params, claim.idempotency_key)
+        # The fencing check, in the downstream's own transaction: if another delivery took
+        # over meanwhile, this change rolls back instead of happening twice.
+        if not repository.owned_by(session, claim.execution_id, claim.attempt):
+            raise LeaseLost
+        return outcome
+
+
+@contextmanager
+def _heartbeat(runtime: Runtime, claim: Claim) -> Iterator[None]:
+    """Renew the attempt's lease while it runs, so a slow downstream call is not taken over."""
+    lease = runtime.settings.execution_lease_seconds
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(lease / 3):
+            try:
+                with session_scope(runtime.engine) as session:
+                    until = utcnow() + timedelta(seconds=lease)
+                    if not repository.renew_lease(
+                        session, claim.execution_id, claim.attempt, until=until
+                    ):
+                        return  # taken over: the fencing check stops this attempt's commit
+            except Exception:  # a missed beat only shortens the lease; the fence still holds
+                logger.warning("could not renew the lease of %s", claim.execution_id, exc_info=True)
+
+    thread = threading.Thread(target=beat, name=f"lease-{claim.execution_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _already_applied(runtime: Runtime, claim: Claim) -> Outcome | None:
