@@ -32,6 +32,7 @@ from service.cli.common import (
 )
 from service.config import get_settings
 from service.db import read_scope, session_scope
+from service.errors import DomainError
 from service.signing import key_id_for, parse_public_key, public_key_b64
 from service.sql import utcnow
 
@@ -165,8 +166,7 @@ def verify(
             report.get("checkpoints_checked", 0),
         )
     else:
-        rt = runtime()
-        with read_scope(rt.engine) as session:
+        with runtime() as rt, read_scope(rt.engine) as session:
             result = audit.verify(
                 session,
                 tenant_or_default(tenant),
@@ -180,11 +180,11 @@ def verify(
 @app.command("checkpoint")
 def make_checkpoint(tenant: TenantOption = None) -> None:
     """Sign the chain head now (operators; needs the checkpoint key file)."""
-    rt = runtime()
-    key = checkpoints.load_key(rt.settings.resolved_checkpoint_key_file())
-    with session_scope(rt.engine) as session:
-        created = checkpoints.create(session, key, now=utcnow(), tenant=tenant)
-        rows = [[c.tenant, c.seq, c.hash[:16], c.key_id] for c in created]
+    with runtime() as rt:
+        key = checkpoints.load_key(rt.settings.resolved_checkpoint_key_file())
+        with session_scope(rt.engine) as session:
+            created = checkpoints.create(session, key, now=utcnow(), tenant=tenant)
+            rows = [[c.tenant, c.seq, c.hash[:16], c.key_id] for c in created]
     if not rows:
         typer.echo("nothing new to checkpoint")
     else:
@@ -199,7 +199,10 @@ def checkpoint_key(
 ) -> None:
     """Print the checkpoint public key auditors should pin (operators)."""
     path = get_settings().resolved_checkpoint_key_file()
-    key = checkpoints.ensure_key(path) if generate else checkpoints.load_key(path)
+    try:
+        key = checkpoints.ensure_key(path) if generate else checkpoints.load_key(path)
+    except DomainError as error:
+        fail(error)
     public = public_key_b64(key)
     typer.echo(f"key file:   {path}")
     typer.echo(f"public key: {public}")

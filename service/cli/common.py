@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
@@ -28,20 +29,23 @@ def tenant_or_default(tenant: str | None) -> str:
     return tenant or get_settings().default_tenant
 
 
-def runtime() -> Runtime:
-    return build_runtime(get_settings())
-
-
-def as_operator(work: Callable[[Session], T]) -> T:
-    """Run one unit of work straight on the database (operators only); refusals exit 1."""
-    rt = runtime()
+@contextmanager
+def runtime() -> Iterator[Runtime]:
+    """The runtime for one command; refusals exit 1, and its engine's connections are closed
+    after (the command may run inside a longer-lived process, such as a test)."""
+    rt = build_runtime(get_settings())
     try:
-        with session_scope(rt.engine) as session:
-            return work(session)
+        yield rt
     except DomainError as error:
         fail(error)
     finally:
         rt.engine.dispose()
+
+
+def as_operator(work: Callable[[Session], T]) -> T:
+    """Run one unit of work straight on the database (operators only); refusals exit 1."""
+    with runtime() as rt, session_scope(rt.engine) as session:
+        return work(session)
 
 
 def fail(error: DomainError | str) -> NoReturn:

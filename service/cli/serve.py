@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from service.config import get_settings
-from service.migrate import upgrade
 
 app = typer.Typer(help="Run one component of the stack.", no_args_is_help=True)
 
@@ -17,6 +16,8 @@ HostOption = Annotated[str, typer.Option(help="Interface to bind.")]
 
 def migrate() -> None:
     """Bring the database schema up to date (Alembic; the only way the schema changes)."""
+    from service.migrate import upgrade  # alembic: seconds the servers of `serve` never need
+
     url = get_settings().resolved_database_url()
     upgrade(url)
     typer.echo("database schema is up to date")

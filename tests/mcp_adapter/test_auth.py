@@ -1,5 +1,10 @@
 """Authentication at the MCP door over real streamable HTTP: only live agent tokens get in, and
-every refused credential is audited in the default tenant without its secret."""
+every refused credential is audited in the default tenant without its secret.
+
+The tests share one MCP server per module and backend (tests/support/mcp_helpers.py), with the
+database emptied and the demo seeded per test. The refusal matrices run on SQLite; what depends
+on the database (a revocation committed elsewhere and seen by the running server, the audit
+chain as stored) runs on PostgreSQL too."""
 
 from __future__ import annotations
 
@@ -16,8 +21,11 @@ from service.audit.models import AuditEvent
 from service.db import session_scope
 from service.tokens import actions as tokens
 from tests.support.mcp_client import connect
+from tests.support.mcp_helpers import BOTH_BACKENDS, module_host_fixtures
 
 pytestmark = pytest.mark.anyio
+
+mcp_hosts, backend, module_host, demo, runtime, mcp_url = module_host_fixtures()
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -169,6 +177,7 @@ async def test_a_non_bearer_scheme_is_refused_and_audited(mcp_url, runtime, demo
     assert demo["tokens"]["agent"] not in _all_audit_rows_as_text(runtime)
 
 
+@BOTH_BACKENDS
 async def test_a_revoked_token_stops_working_on_a_running_server(mcp_url, runtime, demo):
     token = demo["tokens"]["agent"]
     async with connect(mcp_url, token) as client:
@@ -181,6 +190,7 @@ async def test_a_revoked_token_stops_working_on_a_running_server(mcp_url, runtim
     assert any(isinstance(leaf, MCPError) for leaf in _leaves(raised.value))
 
 
+@BOTH_BACKENDS
 async def test_another_agent_token_still_works_after_one_is_revoked(mcp_url, runtime, demo):
     _revoke(runtime, demo["tokens"]["agent"])
     async with connect(mcp_url, demo["tokens"]["agent_other_customer"]) as client:
@@ -208,6 +218,7 @@ async def test_a_refused_credential_is_audited_under_the_callers_trace_id(
     assert [(event.type, event.trace_id) for event in events] == [("auth.refused", TRACE_ID)]
 
 
+@BOTH_BACKENDS
 async def test_the_audit_chain_verifies_after_refusals(mcp_url, runtime, demo):
     for kind, _ in [("none", ""), ("unknown", ""), ("approver_bob", "")]:
         token = _token(demo, kind)

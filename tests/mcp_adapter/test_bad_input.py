@@ -1,6 +1,11 @@
 """Refusals over real streamable HTTP: hostile or malformed arguments (DESIGN.md §3, input
 hardening) and business rules (§2). Each refusal is a structured error and writes nothing but
-its own `tool.refused` audit event."""
+its own `tool.refused` audit event.
+
+Refusals do not depend on the database: every test runs on SQLite, on one MCP server for the
+module (tests/support/mcp_helpers.py), with the database emptied and the demo seeded per test.
+The core's transaction and idempotency semantics are tested on both backends in
+tests/service/drafts/."""
 
 from __future__ import annotations
 
@@ -15,8 +20,11 @@ from service.db import session_scope
 from service.drafts.models import Draft, DraftRevision, IdempotencyKey
 from service.shop.models import AddressChange, Cancellation, Order, Refund
 from tests.support.mcp_client import connect, error_of
+from tests.support.mcp_helpers import module_host_fixtures
 
 pytestmark = pytest.mark.anyio
+
+mcp_hosts, backend, module_host, demo, runtime, mcp_url = module_host_fixtures()
 
 ORDER_ID_PATTERN = "^ORD-[0-9]{4,20}$"
 DELIVERED = "ORD-1004"  # the demo's delivered USD order, total 785.00 USD
@@ -74,10 +82,17 @@ def events_after(runtime, event_id: int) -> list[AuditEvent]:
 async def refused_call(
     mcp_url: str, runtime, token: str, tool: str, arguments: dict[str, Any]
 ) -> tuple[dict[str, Any], AuditEvent]:
+    """Call a tool that must be refused on a client of its own (see ``refused_on``)."""
+    async with connect(mcp_url, token) as client:
+        return await refused_on(client, runtime, tool, arguments)
+
+
+async def refused_on(
+    client, runtime, tool: str, arguments: dict[str, Any]
+) -> tuple[dict[str, Any], AuditEvent]:
     """Call a tool that must be refused; check nothing but one `tool.refused` event was written."""
     counts, last_id = row_counts(runtime), last_event_id(runtime)
-    async with connect(mcp_url, token) as client:
-        result = await client.call_tool(tool, arguments)
+    result = await client.call_tool(tool, arguments)
     error = error_of(result)
     assert result.structured_content is None
     assert row_counts(runtime) == counts
@@ -376,13 +391,11 @@ async def test_a_write_action_called_directly_is_audited(mcp_url, runtime, demo)
 async def test_another_customers_order_and_a_missing_one_give_the_same_error(
     mcp_url, runtime, demo, tool, extra
 ):
-    token = demo["tokens"]["agent"]
-    other, _ = await refused_call(
-        mcp_url, runtime, token, tool, {"order_id": demo["orders"]["other_customer"], **extra}
-    )
-    missing, _ = await refused_call(
-        mcp_url, runtime, token, tool, {"order_id": "ORD-9999999", **extra}
-    )
+    async with connect(mcp_url, demo["tokens"]["agent"]) as client:
+        other, _ = await refused_on(
+            client, runtime, tool, {"order_id": demo["orders"]["other_customer"], **extra}
+        )
+        missing, _ = await refused_on(client, runtime, tool, {"order_id": "ORD-9999999", **extra})
     assert other == missing
     assert other["code"] == "ORDER_UNAVAILABLE"
     assert other["category"] == "unavailable"
@@ -481,13 +494,11 @@ async def test_changing_the_address_of_a_shipped_order(mcp_url, runtime, demo):
 
 async def test_an_idempotency_key_reused_with_other_arguments(mcp_url, runtime, demo):
     first = _refund(order_id=demo["orders"]["delivered"], idempotency_key="ticket-4711")
+    second = {**first, "amount": {"amount_minor": 1300, "currency": "USD"}}
     async with connect(mcp_url, demo["tokens"]["agent"]) as client:
         created = await client.call_tool("propose_refund", first)
-    assert not created.is_error, created.content
-    second = {**first, "amount": {"amount_minor": 1300, "currency": "USD"}}
-    error, _ = await refused_call(
-        mcp_url, runtime, demo["tokens"]["agent"], "propose_refund", second
-    )
+        assert not created.is_error, created.content
+        error, _ = await refused_on(client, runtime, "propose_refund", second)
     assert error["code"] == "IDEMPOTENCY_KEY_REUSED"
     assert error["category"] == "conflict"
     assert error["retryable"] is False
@@ -506,17 +517,16 @@ async def test_revising_someone_elses_draft_or_an_unknown_one_gives_the_same_err
         )
     assert not theirs.is_error, theirs.content
     revise = _refund(order_id=demo["orders"]["delivered"])
-    token = demo["tokens"]["agent"]
-    foreign, _ = await refused_call(
-        mcp_url,
-        runtime,
-        token,
-        "propose_refund",
-        {**revise, "draft_id": theirs.structured_content["draft_id"]},
-    )
-    unknown, _ = await refused_call(
-        mcp_url, runtime, token, "propose_refund", {**revise, "draft_id": "dft_" + "0" * 32}
-    )
+    async with connect(mcp_url, demo["tokens"]["agent"]) as client:
+        foreign, _ = await refused_on(
+            client,
+            runtime,
+            "propose_refund",
+            {**revise, "draft_id": theirs.structured_content["draft_id"]},
+        )
+        unknown, _ = await refused_on(
+            client, runtime, "propose_refund", {**revise, "draft_id": "dft_" + "0" * 32}
+        )
     assert foreign == unknown
     assert foreign["code"] == "DRAFT_UNAVAILABLE"
     assert foreign["category"] == "unavailable"
@@ -527,12 +537,10 @@ async def test_a_refused_proposal_leaves_its_idempotency_key_free(mcp_url, runti
     key = "ticket-0815"
     too_much = _amount(999_999)
     too_much.update(order_id=demo["orders"]["delivered"], idempotency_key=key)
-    error, _ = await refused_call(
-        mcp_url, runtime, demo["tokens"]["agent"], "propose_refund", too_much
-    )
-    assert error["code"] == "REFUND_EXCEEDS_REFUNDABLE"
     corrected = {**too_much, "amount": {"amount_minor": 500, "currency": "USD"}}
     async with connect(mcp_url, demo["tokens"]["agent"]) as client:
+        error, _ = await refused_on(client, runtime, "propose_refund", too_much)
+        assert error["code"] == "REFUND_EXCEEDS_REFUNDABLE"
         result = await client.call_tool("propose_refund", corrected)
     assert not result.is_error, result.content
     assert result.structured_content["replayed"] is False

@@ -1,10 +1,15 @@
+"""The MCP server over streamable HTTP on both backends: the production wiring in two calls."""
+
 from __future__ import annotations
 
 import pytest
 
 from tests.support.mcp_client import connect, error_of
+from tests.support.mcp_helpers import BOTH_BACKENDS, module_host_fixtures
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, BOTH_BACKENDS]
+
+mcp_hosts, backend, module_host, demo, runtime, mcp_url = module_host_fixtures()
 
 
 async def test_agent_reads_an_order_over_streamable_http(mcp_url, demo):

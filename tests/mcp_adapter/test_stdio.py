@@ -1,5 +1,8 @@
 """`draftgate serve mcp --stdio` as a real subprocess, driven by the SDK's stdio client: one
-agent, authenticated by DRAFTGATE_TOKEN on every call."""
+agent, authenticated by DRAFTGATE_TOKEN on every call.
+
+Every start costs seconds of imports, so one agent session does the reads, the proposals and the
+revocation in turn on one server; each way of refusing to start needs a process of its own."""
 
 from __future__ import annotations
 
@@ -99,36 +102,58 @@ def _draft_count(database_url: str) -> int:
         engine.dispose()
 
 
-async def test_an_agent_lists_tools_and_reads_an_order_over_stdio(demo_db, tmp_path):
-    order_id = demo_db["orders"]["delivered"]
-    async with _stdio_agent(demo_db, demo_db["tokens"]["agent"], tmp_path) as client:
+async def test_an_agents_session_over_stdio(demo_db, tmp_path):
+    """One server for the whole session: reads, proposals, and a revocation mid-session."""
+    database_url, orders = demo_db["database_url"], demo_db["orders"]
+    token = demo_db["tokens"]["agent"]
+    async with _stdio_agent(demo_db, token, tmp_path) as client:
+        # An agent lists the tools and reads an order.
         listed = await client.list_tools()
-        result = await client.call_tool("get_order", {"order_id": order_id})
-    assert {tool.name for tool in listed.tools} == TOOLS
-    assert not result.is_error, result.content
-    order = result.structured_content
-    assert order["order_id"] == order_id
-    assert order["customer_phone"] == "+44******0123"
-    assert "12 St James's Square" not in json.dumps(order)
-    called = [event for event in _events(demo_db["database_url"]) if event.type == "tool.called"]
-    assert len(called) == 1
-    assert called[0].actor == "agent:support-agent"
-    assert called[0].data["tool"] == "get_order"
-    assert re.fullmatch(r"[0-9a-f]{32}", called[0].trace_id or "")
+        result = await client.call_tool("get_order", {"order_id": orders["delivered"]})
+        assert {tool.name for tool in listed.tools} == TOOLS
+        assert not result.is_error, result.content
+        order = result.structured_content
+        assert order["order_id"] == orders["delivered"]
+        assert order["customer_phone"] == "+44******0123"
+        assert "12 St James's Square" not in json.dumps(order)
+        called = [event for event in _events(database_url) if event.type == "tool.called"]
+        assert len(called) == 1
+        assert called[0].actor == "agent:support-agent"
+        assert called[0].data["tool"] == "get_order"
+        assert re.fullmatch(r"[0-9a-f]{32}", called[0].trace_id or "")
 
-
-async def test_an_agent_proposes_over_stdio(demo_db, tmp_path):
-    arguments = {
-        "order_id": demo_db["orders"]["paid"],
-        "reason": "customer_request",
-        "idempotency_key": "stdio-1",
-    }
-    async with _stdio_agent(demo_db, demo_db["tokens"]["agent"], tmp_path) as client:
+        # It proposes; a malformed proposal is refused.
+        arguments = {
+            "order_id": orders["paid"],
+            "reason": "customer_request",
+            "idempotency_key": "stdio-1",
+        }
         proposed = await client.call_tool("propose_cancel_order", arguments)
         bad = await client.call_tool("propose_cancel_order", {**arguments, "tenant_id": "x"})
-    assert proposed.structured_content["status"] == "proposed"
-    assert error_of(bad)["code"] == "INVALID_ARGUMENT"
-    assert _draft_count(demo_db["database_url"]) == 1
+        assert proposed.structured_content["status"] == "proposed"
+        assert error_of(bad)["code"] == "INVALID_ARGUMENT"
+        assert _draft_count(database_url) == 1
+
+        # Its token is revoked while it is serving: the next call fails.
+        first = await client.call_tool("get_order", {"order_id": orders["paid"]})
+        assert not first.is_error
+        engine = make_engine(database_url)
+        try:
+            with session_scope(engine) as session:
+                principal = tokens.authenticate(session, token)
+                tokens.revoke(
+                    session, tenant="demo", token_id=principal.token_id, actor="admin:root"
+                )
+        finally:
+            engine.dispose()
+        second = await client.call_tool("get_order", {"order_id": orders["paid"]})
+    error = error_of(second)
+    assert error["code"] == "UNAUTHENTICATED"
+    assert "revoked" in error["message"]
+    refusals = [e for e in _events(database_url) if e.type == "auth.refused"]
+    assert len(refusals) == 1
+    assert refusals[0].data["door"] == "mcp-stdio"
+    assert _draft_count(database_url) == 1
 
 
 def _start_refused(demo_db: dict[str, Any], token: str) -> subprocess.CompletedProcess[str]:
@@ -171,29 +196,6 @@ def test_a_non_agent_token_refuses_to_start_over_stdio(demo_db):
     assert [event.type for event in refused] == ["auth.refused"]
     assert "approver" in refused[0].data["reason"]
     assert _draft_count(demo_db["database_url"]) == 0
-
-
-async def test_a_token_revoked_while_serving_fails_the_next_call(demo_db, tmp_path):
-    token = demo_db["tokens"]["agent"]
-    async with _stdio_agent(demo_db, token, tmp_path) as client:
-        first = await client.call_tool("get_order", {"order_id": demo_db["orders"]["paid"]})
-        assert not first.is_error
-        engine = make_engine(demo_db["database_url"])
-        try:
-            with session_scope(engine) as session:
-                principal = tokens.authenticate(session, token)
-                tokens.revoke(
-                    session, tenant="demo", token_id=principal.token_id, actor="admin:root"
-                )
-        finally:
-            engine.dispose()
-        second = await client.call_tool("get_order", {"order_id": demo_db["orders"]["paid"]})
-    error = error_of(second)
-    assert error["code"] == "UNAUTHENTICATED"
-    assert "revoked" in error["message"]
-    refusals = [e for e in _events(demo_db["database_url"]) if e.type == "auth.refused"]
-    assert len(refusals) == 1
-    assert refusals[0].data["door"] == "mcp-stdio"
 
 
 def test_stdio_mode_without_a_token_refuses_to_start(demo_db):

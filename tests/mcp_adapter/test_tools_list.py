@@ -1,26 +1,41 @@
-"""tools/list over real streamable HTTP: exactly the agent's tools, strict schemas, honest hints."""
+"""tools/list over real streamable HTTP: exactly the agent's tools, strict schemas, honest hints.
+
+The listing does not depend on the database or on the test: it is fetched once per module by a
+real MCP client from the module's server (tests/support/mcp_helpers.py, SQLite), and each test
+checks one aspect of it. Real calls, checked against the output schemas, run per test."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import jsonschema  # type: ignore[import-untyped]
 import pytest
+from mcp.types import Tool
 
 from tests.mcp_adapter.test_bad_input import ADDRESS
 from tests.support.mcp_client import connect
+from tests.support.mcp_helpers import ModuleHosts, module_host_fixtures
 
-pytestmark = pytest.mark.anyio
+mcp_hosts, backend, module_host, demo, runtime, mcp_url = module_host_fixtures()
 
 READ_TOOLS = {"list_orders", "get_order", "get_logistics", "get_draft"}
 PROPOSE_TOOLS = {"propose_refund", "propose_cancel_order", "propose_change_shipping_address"}
 
 
-async def _tools(mcp_url: str, token: str) -> dict[str, Any]:
+async def _tools(mcp_url: str, token: str) -> dict[str, Tool]:
     async with connect(mcp_url, token) as client:
         listed = await client.list_tools()
     return {tool.name: tool for tool in listed.tools}
+
+
+@pytest.fixture(scope="module")
+def tools(mcp_hosts: ModuleHosts, request: pytest.FixtureRequest) -> dict[str, Tool]:
+    """tools/list as the demo agent sees it, by name."""
+    host = mcp_hosts.host("sqlite", {}, request)
+    token = host.fresh()["tokens"]["agent"]
+    return anyio.run(_tools, host.mcp_url, token)
 
 
 def _objects(schema: Any, path: str = "$") -> Iterator[tuple[str, dict[str, Any]]]:
@@ -38,16 +53,14 @@ def _objects(schema: Any, path: str = "$") -> Iterator[tuple[str, dict[str, Any]
             yield from _objects(value, f"{path}.{key}")
 
 
-async def test_exactly_the_agent_tools_are_listed(mcp_url, demo):
-    tools = await _tools(mcp_url, demo["tokens"]["agent"])
+def test_exactly_the_agent_tools_are_listed(tools):
     assert set(tools) == READ_TOOLS | PROPOSE_TOOLS
     # The write actions themselves are never offered: only their propose_* form.
     assert not {"refund", "cancel_order", "change_shipping_address"} & set(tools)
     assert not [name for name in tools if name.startswith(("execute", "approve"))]
 
 
-async def test_every_tool_has_title_description_and_schemas(mcp_url, demo):
-    tools = await _tools(mcp_url, demo["tokens"]["agent"])
+def test_every_tool_has_title_description_and_schemas(tools):
     for name, tool in tools.items():
         assert (tool.title or "").strip(), name
         assert len(tool.description or "") >= 40, name
@@ -57,8 +70,7 @@ async def test_every_tool_has_title_description_and_schemas(mcp_url, demo):
         assert tool.output_schema.get("properties"), name
 
 
-async def test_every_input_object_forbids_additional_properties(mcp_url, demo):
-    tools = await _tools(mcp_url, demo["tokens"]["agent"])
+def test_every_input_object_forbids_additional_properties(tools):
     for name, tool in tools.items():
         objects = list(_objects(tool.input_schema))
         assert objects, name
@@ -75,10 +87,9 @@ def _value(prop: dict) -> dict:
     return next((b for b in prop.get("anyOf", []) if b != {"type": "null"}), prop)
 
 
-async def test_input_schemas_are_self_contained_and_optional_fields_are_nullable(mcp_url, demo):
+def test_input_schemas_are_self_contained_and_optional_fields_are_nullable(tools):
     # Several MCP clients handle $ref badly; strict-mode clients make every field required,
     # so an optional one must accept null, which means omitted (DESIGN.md §3).
-    tools = await _tools(mcp_url, demo["tokens"]["agent"])
     for name, tool in tools.items():
         schema = tool.input_schema
         assert "$ref" not in repr(schema), name
@@ -88,8 +99,7 @@ async def test_input_schemas_are_self_contained_and_optional_fields_are_nullable
             assert _nullable(prop) is (field not in required), (name, field)
 
 
-async def test_input_schemas_carry_patterns_enums_and_bounds(mcp_url, demo):
-    tools = await _tools(mcp_url, demo["tokens"]["agent"])
+def test_input_schemas_carry_patterns_enums_and_bounds(tools):
     order_id_tools = {"get_order", "get_logistics"} | PROPOSE_TOOLS
     for name in order_id_tools:
         schema = tools[name].input_schema
@@ -151,8 +161,7 @@ async def test_input_schemas_carry_patterns_enums_and_bounds(mcp_url, demo):
     )
 
 
-async def test_annotations_are_complete_and_honest(mcp_url, demo):
-    tools = await _tools(mcp_url, demo["tokens"]["agent"])
+def test_annotations_are_complete_and_honest(tools):
     for name, tool in tools.items():
         hints = tool.annotations
         assert hints is not None, name
@@ -170,8 +179,7 @@ async def test_annotations_are_complete_and_honest(mcp_url, demo):
     assert not_read_only == PROPOSE_TOOLS
 
 
-async def test_input_schemas_are_valid_json_schemas_accepting_valid_arguments(mcp_url, demo):
-    tools = await _tools(mcp_url, demo["tokens"]["agent"])
+def test_input_schemas_are_valid_json_schemas_accepting_valid_arguments(tools):
     for tool in tools.values():
         jsonschema.Draft202012Validator.check_schema(tool.input_schema)
     valid = jsonschema.Draft202012Validator(tools["propose_refund"].input_schema)
@@ -185,6 +193,7 @@ async def test_input_schemas_are_valid_json_schemas_accepting_valid_arguments(mc
     assert not valid.is_valid({**arguments, "amount": {"amount_minor": "1250", "currency": "USD"}})
 
 
+@pytest.mark.anyio
 async def test_output_schemas_are_valid_and_real_results_conform(mcp_url, demo):
     orders = demo["orders"]
     async with connect(mcp_url, demo["tokens"]["agent"]) as client:

@@ -1,5 +1,6 @@
-"""``draftgate drafts|approve|reject|execute|executions`` as an approver runs them: real
-subprocesses talking to a real API server over HTTP (once on SQLite, once on PostgreSQL).
+"""``draftgate drafts|approve|reject|execute|executions`` as an approver runs them, in-process,
+talking to a real API server over HTTP (one per module and backend, reset for each test; on
+SQLite, and on PostgreSQL too where what ends up in the database is the point).
 
 One test drives a stand-in API that lies about what is to be signed: a lying draftgate server
 is a system that does not exist here, so a fake is the only way to show the CLI refuses it.
@@ -9,14 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +25,9 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from typer.testing import Result
 
 from mcp_adapter.tools import ToolDoor
-from service.api.app import create_app
 from service.approvals.models import Approval
 from service.db import session_scope
 from service.executions.models import Execution
@@ -38,37 +35,37 @@ from service.principal import Role
 from service.signing import generate_private_key, key_id_for, write_private_key
 from service.tokens import actions as tokens
 from service.tracing import new_trace_id
+from tests.support import cli
 from tests.support.approvals import get_draft
+from tests.support.cli import both_backends
 from tests.support.servers import serve
 
-DRAFTGATE = Path(sys.executable).parent / "draftgate"
 TENANT = "demo"
 
 
 def run_cli(
     *args: str, api_url: str, token: str | None, stdin: str | None = None, **extra_env: str
-) -> subprocess.CompletedProcess[str]:
+) -> Result:
     """Run the CLI as an approver does: only the API URL and a bearer token, no database."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("DRAFTGATE_")}
-    env["DRAFTGATE_API_URL"] = api_url
+    env = {"DRAFTGATE_API_URL": api_url, **extra_env}
     if token is not None:
         env["DRAFTGATE_TOKEN"] = token
-    env.update(extra_env)
-    return subprocess.run(
-        [str(DRAFTGATE), *args],
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return cli.run(*args, env=env, input=stdin)
 
 
 @pytest.fixture
-def api(runtime, demo) -> Iterator[str]:
-    with serve(create_app(runtime)) as url:
-        yield url
+def runtime(served: cli.Served):
+    return served.runtime
+
+
+@pytest.fixture
+def demo(served: cli.Served) -> dict[str, Any]:
+    return served.demo
+
+
+@pytest.fixture
+def api(served: cli.Served) -> str:
+    return served.url
 
 
 @pytest.fixture
@@ -105,7 +102,7 @@ def approve_as(api: str, demo: dict[str, Any], draft_id: str, who: str) -> None:
     result = run_cli(
         "approve", draft_id, "--key", key_of(demo, who), "--yes", api_url=api, token=as_(demo, who)
     )
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
 
 
 def approvals_in_db(runtime, draft_id: str) -> list[Approval]:
@@ -123,13 +120,14 @@ def executions_in_db(runtime, draft_id: str) -> list[Execution]:
 # --- drafts list / show ----------------------------------------------------------------------
 
 
+@both_backends
 def test_drafts_list_shows_the_queue(api, demo, door):
     small = refund(door, 2_500)
     large = refund(door, 60_000)
 
     result = run_cli("drafts", "list", api_url=api, token=as_(demo, "alice"))
 
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     [header, *lines] = result.stdout.splitlines()
     assert header.split() == ["DRAFT", "STATUS", "ACTION", "AMOUNT", "APPROVALS", "RISK", "SUMMARY"]
     assert [line.split()[0] for line in lines] == [large, small]  # newest first
@@ -140,12 +138,13 @@ def test_drafts_list_shows_the_queue(api, demo, door):
     assert "0/2" in large_line.split()
 
 
+@both_backends
 def test_drafts_list_as_json_with_filters_and_pages(api, demo, door):
     drafts = [refund(door, 1_000 + n) for n in range(3)]
     token = as_(demo, "bob")
 
     first = run_cli("drafts", "list", "--limit", "2", api_url=api, token=token)
-    assert first.returncode == 0, first.stderr
+    assert first.exit_code == 0, first.stderr
     more = re.search(r"^more: --cursor (\S+)$", first.stdout, flags=re.MULTILINE)
     assert more, first.stdout
     rest = run_cli(
@@ -159,7 +158,7 @@ def test_drafts_list_as_json_with_filters_and_pages(api, demo, door):
         api_url=api,
         token=token,
     )
-    assert rest.returncode == 0, rest.stderr
+    assert rest.exit_code == 0, rest.stderr
     page = json.loads(rest.stdout)
     assert [d["draft_id"] for d in page["drafts"]] == [drafts[0]]
     assert page["next_cursor"] is None
@@ -175,7 +174,7 @@ def test_drafts_show_prints_exact_params_and_digest(api, demo, door):
 
     result = run_cli("drafts", "show", draft_id, api_url=api, token=as_(demo, "alice"))
 
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     shown = get_draft(api, as_(demo, "alice"), draft_id)
     canonical = rfc8785.dumps(shown["params"]).decode()
     assert f"draft {draft_id}" in result.stdout
@@ -186,7 +185,7 @@ def test_drafts_show_prints_exact_params_and_digest(api, demo, door):
     assert "proposed by support-agent for cust-ada" in result.stdout
 
     as_json = run_cli("drafts", "show", draft_id, "--json", api_url=api, token=as_(demo, "alice"))
-    assert as_json.returncode == 0, as_json.stderr
+    assert as_json.exit_code == 0, as_json.stderr
     parsed = json.loads(as_json.stdout)
     assert parsed["params"] == shown["params"]
     assert parsed["statement_to_sign"]["draft_id"] == draft_id
@@ -194,13 +193,13 @@ def test_drafts_show_prints_exact_params_and_digest(api, demo, door):
 
 def test_drafts_show_an_unknown_draft_fails(api, demo):
     result = run_cli("drafts", "show", "dft_" + "0" * 32, api_url=api, token=as_(demo, "alice"))
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "DRAFT_UNAVAILABLE" in result.stderr
 
 
 def test_commands_without_a_token_fail_before_calling_anyone(api, demo):
     result = run_cli("drafts", "list", api_url=api, token=None)
-    assert result.returncode == 2
+    assert result.exit_code == 2
     assert "DRAFTGATE_TOKEN" in result.stderr
 
 
@@ -211,20 +210,21 @@ def test_an_unreachable_api_fails_cleanly():
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
         result = run_cli("drafts", "list", api_url=f"http://127.0.0.1:{port}", token="dg_x")
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "API_UNREACHABLE" in result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_an_agent_token_is_refused(api, demo):
     result = run_cli("drafts", "list", api_url=api, token=demo["tokens"]["agent"])
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "PERMISSION_DENIED" in result.stderr
 
 
 # --- approve / reject -------------------------------------------------------------------------
 
 
+@both_backends
 def test_approve_signs_and_the_draft_becomes_approved(api, runtime, demo, door):
     draft_id = refund(door)
 
@@ -238,7 +238,7 @@ def test_approve_signs_and_the_draft_becomes_approved(api, runtime, demo, door):
         token=as_(demo, "alice"),
     )
 
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     assert "approved revision 1: draft is approved (1 of 1 approvals)" in result.stdout
     assert get_draft(api, as_(demo, "alice"), draft_id)["status"] == "approved"
     [approval] = approvals_in_db(runtime, draft_id)
@@ -260,7 +260,7 @@ def test_approve_asks_first_and_a_no_signs_nothing(api, runtime, demo, door):
         stdin="n\n",
     )
 
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "Sign this approve of revision 1?" in result.stdout
     assert approvals_in_db(runtime, draft_id) == []
     assert get_draft(api, as_(demo, "alice"), draft_id)["status"] == "proposed"
@@ -274,10 +274,11 @@ def test_approve_asks_first_and_a_no_signs_nothing(api, runtime, demo, door):
         token=as_(demo, "alice"),
         stdin="y\n",
     )
-    assert yes.returncode == 0, yes.stderr
+    assert yes.exit_code == 0, yes.stderr
     assert get_draft(api, as_(demo, "alice"), draft_id)["status"] == "approved"
 
 
+@both_backends
 def test_approve_of_a_two_approver_draft_waits_for_the_second(api, runtime, demo, door):
     draft_id = refund(door, 60_000)
 
@@ -292,7 +293,7 @@ def test_approve_of_a_two_approver_draft_waits_for_the_second(api, runtime, demo
         token=as_(demo, "alice"),
     )
 
-    assert first.returncode == 0, first.stderr
+    assert first.exit_code == 0, first.stderr
     assert "draft is proposed (1 of 2 approvals)" in first.stdout
     assert "not executing yet" in first.stdout
     assert executions_in_db(runtime, draft_id) == []
@@ -306,7 +307,7 @@ def test_approve_of_a_two_approver_draft_waits_for_the_second(api, runtime, demo
         api_url=api,
         token=as_(demo, "bob"),
     )
-    assert second.returncode == 0, second.stderr
+    assert second.exit_code == 0, second.stderr
     assert "draft is approved (2 of 2 approvals)" in second.stdout
 
 
@@ -323,7 +324,7 @@ def test_approve_with_someone_elses_key_is_refused_by_the_server(api, runtime, d
         token=as_(demo, "alice"),
     )
 
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "KEY_NOT_OWNED" in result.stderr
     assert approvals_in_db(runtime, draft_id) == []
 
@@ -336,7 +337,7 @@ def test_approve_with_an_unreadable_key_file_fails(api, demo, door, tmp_path):
         result = run_cli(
             "approve", draft_id, "--key", str(key), "--yes", api_url=api, token=as_(demo, "alice")
         )
-        assert result.returncode == 1
+        assert result.exit_code == 1
         assert "cannot use" in result.stderr
     assert get_draft(api, as_(demo, "alice"), draft_id)["status"] == "proposed"
 
@@ -355,11 +356,12 @@ def test_approve_an_already_approved_draft_fails_without_signing(api, runtime, d
         token=as_(demo, "bob"),
     )
 
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "does not accept decisions" in result.stderr
     assert [a.approver for a in approvals_in_db(runtime, draft_id)] == ["alice"]
 
 
+@both_backends
 def test_reject_with_a_reason_ends_the_draft(api, runtime, demo, door):
     draft_id = refund(door)
     reason = "Customer already got a replacement."
@@ -376,7 +378,7 @@ def test_reject_with_a_reason_ends_the_draft(api, runtime, demo, door):
         token=as_(demo, "bob"),
     )
 
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     assert "rejected: draft is rejected" in result.stdout
     draft = get_draft(api, as_(demo, "alice"), draft_id)
     assert (draft["status"], draft["status_reason"]) == ("rejected", reason)
@@ -395,22 +397,19 @@ def test_reject_needs_a_reason(api, runtime, demo, door):
         api_url=api,
         token=as_(demo, "bob"),
     )
-    assert result.returncode == 2
+    assert result.exit_code == 2
     assert "--reason" in result.stderr
     assert approvals_in_db(runtime, draft_id) == []
 
 
+@both_backends
 def test_a_key_generated_and_registered_with_the_cli_signs_until_revoked(
     api, runtime, demo, door, tmp_path
 ):
     pem = tmp_path / "carol.pem"
-    db_env = {
-        "DRAFTGATE_DATABASE_URL": runtime.settings.resolved_database_url(),
-        "DRAFTGATE_STATE_DIR": str(runtime.settings.state_dir),
-        "DRAFTGATE_DEFAULT_TENANT": TENANT,
-    }
+    db_env = cli.operator_env(runtime, DRAFTGATE_DEFAULT_TENANT=TENANT)
     generated = run_cli("keys", "generate", "--out", str(pem), api_url=api, token=None)
-    assert generated.returncode == 0, generated.stderr
+    assert generated.exit_code == 0, generated.stderr
     public = re.search(r"^public key:\s+(\S+)$", generated.stdout, flags=re.MULTILINE)
     assert public
     registered = run_cli(
@@ -424,7 +423,7 @@ def test_a_key_generated_and_registered_with_the_cli_signs_until_revoked(
         token=None,
         **db_env,
     )
-    assert registered.returncode == 0, registered.stderr
+    assert registered.exit_code == 0, registered.stderr
     with session_scope(runtime.engine) as session:
         carol = tokens.issue(
             session, tenant=TENANT, subject="carol", role=Role.APPROVER, actor="operator:test"
@@ -433,17 +432,17 @@ def test_a_key_generated_and_registered_with_the_cli_signs_until_revoked(
 
     approved = run_cli("approve", first, "--key", str(pem), "--yes", api_url=api, token=carol)
 
-    assert approved.returncode == 0, approved.stderr
+    assert approved.exit_code == 0, approved.stderr
     [approval] = approvals_in_db(runtime, first)
     assert approval.key_id == key_id_for(public.group(1))
 
     revoked = run_cli(
         "keys", "revoke", key_id_for(public.group(1)), api_url=api, token=None, **db_env
     )
-    assert revoked.returncode == 0, revoked.stderr
+    assert revoked.exit_code == 0, revoked.stderr
     second = refund(door, 1_100)
     refused = run_cli("approve", second, "--key", str(pem), "--yes", api_url=api, token=carol)
-    assert refused.returncode == 1
+    assert refused.exit_code == 1
     assert "KEY_REVOKED" in refused.stderr
     assert approvals_in_db(runtime, second) == []
 
@@ -451,32 +450,33 @@ def test_a_key_generated_and_registered_with_the_cli_signs_until_revoked(
 # --- execute / executions show -----------------------------------------------------------------
 
 
+@both_backends
 def test_execute_an_approved_draft_and_show_the_execution(api, runtime, demo, door):
     draft_id = refund(door)
     approve_as(api, demo, draft_id, "alice")
 
     result = run_cli("execute", draft_id, api_url=api, token=as_(demo, "bob"))
 
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     match = re.fullmatch(r"execution (exe_[0-9a-f]+): queued\n", result.stdout)
     assert match, result.stdout
     execution_id = match.group(1)
     assert [e.id for e in executions_in_db(runtime, draft_id)] == [execution_id]
 
     again = run_cli("execute", draft_id, api_url=api, token=as_(demo, "alice"))
-    assert again.returncode == 0, again.stderr
+    assert again.exit_code == 0, again.stderr
     assert execution_id in again.stdout  # the same execution, not a second one
     assert len(executions_in_db(runtime, draft_id)) == 1
 
     shown = run_cli("executions", "show", execution_id, api_url=api, token=as_(demo, "alice"))
-    assert shown.returncode == 0, shown.stderr
+    assert shown.exit_code == 0, shown.stderr
     assert shown.stdout.startswith(
         f"execution {execution_id} of draft {draft_id} (revision 1, refund): "
     )
     as_json = run_cli(
         "executions", "show", execution_id, "--json", api_url=api, token=demo["tokens"]["auditor"]
     )
-    assert as_json.returncode == 0, as_json.stderr
+    assert as_json.exit_code == 0, as_json.stderr
     execution = json.loads(as_json.stdout)
     assert (execution["execution_id"], execution["draft_id"]) == (execution_id, draft_id)
     assert execution["requested_by"] == "approver:bob"
@@ -485,7 +485,7 @@ def test_execute_an_approved_draft_and_show_the_execution(api, runtime, demo, do
 def test_execute_before_approval_fails(api, runtime, demo, door):
     draft_id = refund(door)
     result = run_cli("execute", draft_id, api_url=api, token=as_(demo, "alice"))
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "NOT_APPROVED" in result.stderr
     assert executions_in_db(runtime, draft_id) == []
 
@@ -494,7 +494,7 @@ def test_executions_show_an_unknown_execution_fails(api, demo):
     result = run_cli(
         "executions", "show", "exe_000000000000000000000000", api_url=api, token=as_(demo, "alice")
     )
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "EXECUTION_UNAVAILABLE" in result.stderr
 
 
@@ -514,7 +514,7 @@ def test_approve_with_execute_runs_the_refund_to_success(stack):
         token=as_(demo, "alice"),
     )
 
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     assert "draft is approved (1 of 1 approvals)" in result.stdout
     match = re.search(r"^execution (exe_[0-9a-f]+): queued$", result.stdout, flags=re.MULTILINE)
     assert match, result.stdout
@@ -523,13 +523,13 @@ def test_approve_with_execute_runs_the_refund_to_success(stack):
         draft = get_draft(stack.api_url, as_(demo, "alice"), draft_id)
         if draft["status"] in ("succeeded", "failed") or time.monotonic() > deadline:
             break
-        time.sleep(0.3)
+        time.sleep(0.1)
     assert draft["status"] == "succeeded", stack.worker.output()[-3000:] if stack.worker else ""
     assert draft["execution"]["execution_id"] == match.group(1)
     shown = run_cli(
         "executions", "show", match.group(1), api_url=stack.api_url, token=as_(demo, "alice")
     )
-    assert shown.returncode == 0, shown.stderr
+    assert shown.exit_code == 0, shown.stderr
     assert ": succeeded" in shown.stdout.splitlines()[0]
     assert "outcome:" in shown.stdout
 
@@ -602,30 +602,51 @@ def shown_draft(**changes: Any) -> dict[str, Any]:
     return draft
 
 
-@contextmanager
-def stand_in_api(draft: dict[str, Any]) -> Iterator[tuple[str, list[tuple[str, str]]]]:
-    """A fake draftgate API serving one draft; records every request it receives."""
-    received: list[tuple[str, str]] = []
+class StandIn:
+    """A fake draftgate API serving one draft; records every request it receives. One server
+    serves the module; ``show`` gives it this test's draft and a new record."""
 
-    async def healthz(request: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok"})
+    def __init__(self) -> None:
+        self.draft: dict[str, Any] = {}
+        self.received: list[tuple[str, str]] = []
 
-    async def anything(request: Request) -> JSONResponse:
-        received.append((request.method, request.url.path))
-        if request.method == "GET" and request.url.path == f"/v1/drafts/{DRAFT_ID}":
-            return JSONResponse(draft)
-        if request.method == "POST" and request.url.path.endswith("/approvals"):
-            return JSONResponse(
-                {**draft, "status": "approved", "statement_to_sign": None}, status_code=201
-            )
-        return JSONResponse({"code": "NOT_FOUND", "detail": "no"}, status_code=404)
+    def show(self, draft: dict[str, Any]) -> list[tuple[str, str]]:
+        self.draft, self.received = draft, []
+        return self.received
 
-    methods = ["GET", "POST", "PUT", "PATCH", "DELETE"]
-    app = Starlette(
-        routes=[Route("/healthz", healthz), Route("/{path:path}", anything, methods=methods)]
-    )
-    with serve(app) as url:
-        yield url, received
+    def app(self) -> Starlette:
+        async def healthz(request: Request) -> JSONResponse:
+            return JSONResponse({"status": "ok"})
+
+        async def anything(request: Request) -> JSONResponse:
+            self.received.append((request.method, request.url.path))
+            if request.method == "GET" and request.url.path == f"/v1/drafts/{DRAFT_ID}":
+                return JSONResponse(self.draft)
+            if request.method == "POST" and request.url.path.endswith("/approvals"):
+                return JSONResponse(
+                    {**self.draft, "status": "approved", "statement_to_sign": None},
+                    status_code=201,
+                )
+            return JSONResponse({"code": "NOT_FOUND", "detail": "no"}, status_code=404)
+
+        methods = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+        return Starlette(
+            routes=[Route("/healthz", healthz), Route("/{path:path}", anything, methods=methods)]
+        )
+
+
+@pytest.fixture(scope="module")
+def stand_in_server() -> Iterator[tuple[StandIn, str]]:
+    stand_in = StandIn()
+    with serve(stand_in.app()) as url:
+        yield stand_in, url
+
+
+@pytest.fixture
+def stand_in_api(stand_in_server: tuple[StandIn, str]) -> Any:
+    """``stand_in_api(draft)`` -> (url, received): the stand-in API now serving ``draft``."""
+    stand_in, url = stand_in_server
+    return lambda draft: (url, stand_in.show(draft))
 
 
 @pytest.fixture
@@ -635,13 +656,13 @@ def alice_pem(tmp_path) -> Path:
     return path
 
 
-def test_the_stand_in_api_sees_the_post_of_an_honest_draft(alice_pem):
+def test_the_stand_in_api_sees_the_post_of_an_honest_draft(alice_pem, stand_in_api):
     """The control: against an honest draft the CLI does post, so the fake can tell."""
-    with stand_in_api(shown_draft()) as (url, received):
-        result = run_cli(
-            "approve", DRAFT_ID, "--key", str(alice_pem), "--yes", api_url=url, token="dg_fake"
-        )
-    assert result.returncode == 0, result.stderr
+    url, received = stand_in_api(shown_draft())
+    result = run_cli(
+        "approve", DRAFT_ID, "--key", str(alice_pem), "--yes", api_url=url, token="dg_fake"
+    )
+    assert result.exit_code == 0, result.stderr
     assert ("POST", f"/v1/drafts/{DRAFT_ID}/approvals") in received
 
 
@@ -668,22 +689,15 @@ def test_the_stand_in_api_sees_the_post_of_an_honest_draft(alice_pem):
 )
 @pytest.mark.parametrize("command", ["approve", "reject"])
 def test_the_cli_refuses_to_sign_a_statement_that_does_not_match_the_params_shown(
-    alice_pem, changes, named, command
+    alice_pem, stand_in_api, changes, named, command
 ):
     extra = ["--reason", "no"] if command == "reject" else []
-    with stand_in_api(shown_draft(**changes)) as (url, received):
-        result = run_cli(
-            command,
-            DRAFT_ID,
-            "--key",
-            str(alice_pem),
-            *extra,
-            "--yes",
-            api_url=url,
-            token="dg_fake",
-        )
+    url, received = stand_in_api(shown_draft(**changes))
+    result = run_cli(
+        command, DRAFT_ID, "--key", str(alice_pem), *extra, "--yes", api_url=url, token="dg_fake"
+    )
 
-    assert result.returncode == 1, result.stdout
+    assert result.exit_code == 1, result.stdout
     assert "refusing to sign" in result.stderr
     assert "does not match" in result.stderr
     assert named in result.stderr.split("does not match", 1)[1]
@@ -692,23 +706,18 @@ def test_the_cli_refuses_to_sign_a_statement_that_does_not_match_the_params_show
 
 
 @pytest.mark.parametrize("command", ["approve", "reject"])
-def test_the_cli_refuses_to_sign_another_draft_than_the_one_asked_for(alice_pem, command):
+def test_the_cli_refuses_to_sign_another_draft_than_the_one_asked_for(
+    alice_pem, stand_in_api, command
+):
     """Asked to approve DRAFT_ID, the server shows a consistent draft with another id: signing
     it would hand a valid approval of a draft nobody asked about to whoever runs that server."""
     other = "dft_" + "f" * 32
     extra = ["--reason", "no"] if command == "reject" else []
-    with stand_in_api(shown_draft(draft_id=other, statement__draft_id=other)) as (url, received):
-        result = run_cli(
-            command,
-            DRAFT_ID,
-            "--key",
-            str(alice_pem),
-            *extra,
-            "--yes",
-            api_url=url,
-            token="dg_fake",
-        )
+    url, received = stand_in_api(shown_draft(draft_id=other, statement__draft_id=other))
+    result = run_cli(
+        command, DRAFT_ID, "--key", str(alice_pem), *extra, "--yes", api_url=url, token="dg_fake"
+    )
 
-    assert result.returncode == 1, result.stdout
+    assert result.exit_code == 1, result.stdout
     assert "draft_id" in result.stderr
     assert [method for method, _ in received if method != "GET"] == [], received

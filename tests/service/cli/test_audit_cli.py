@@ -1,36 +1,26 @@
-"""``draftgate audit verify`` as an operator runs it: a subprocess against the test database."""
+"""``draftgate audit verify`` as an operator runs it, in-process, against the test database."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import delete, update
+from typer.testing import Result
 
 from mcp_adapter.tools import ToolDoor
 from service.audit.models import AuditEvent, AuditHead
 from service.tracing import new_trace_id
+from tests.support import cli
+from tests.support.cli import both_backends
 
-DRAFTGATE = Path(sys.executable).parent / "draftgate"
 EVENTS = AuditEvent.__table__  # type: ignore[attr-defined]
 HEX64 = set("0123456789abcdef")
 
 
-def run_cli(runtime, *args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("DRAFTGATE_")}
-    env.update(
-        DRAFTGATE_DATABASE_URL=runtime.settings.resolved_database_url(),
-        DRAFTGATE_STATE_DIR=str(runtime.settings.state_dir),
-        **extra_env,
-    )
-    return subprocess.run(
-        [str(DRAFTGATE), *args], env=env, capture_output=True, text=True, timeout=120, check=False
-    )
+def run_cli(runtime, *args: str, **extra_env: str) -> Result:
+    return cli.run(*args, env=cli.operator_env(runtime, **extra_env))
 
 
 @pytest.fixture
@@ -60,10 +50,11 @@ def tamper(runtime, statement: Any) -> None:
         assert connection.execute(statement).rowcount >= 1
 
 
+@both_backends
 def test_a_clean_log_verifies_with_exit_0(runtime, audited):
     result = run_cli(runtime, "audit", "verify", "--tenant", "demo")
 
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     assert result.stdout.startswith("ok")
     seq, hash_ = head(runtime)
     assert f"{audited} events" in result.stdout
@@ -73,7 +64,7 @@ def test_a_clean_log_verifies_with_exit_0(runtime, audited):
 def test_json_output_of_a_clean_log(runtime, audited):
     result = run_cli(runtime, "audit", "verify", "--tenant", "demo", "--json")
 
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)
     assert {"ok", "events_checked", "head", "first_bad_seq"} <= set(report)
     assert set(report["head"]) == {"seq", "hash"}
@@ -83,6 +74,7 @@ def test_json_output_of_a_clean_log(runtime, audited):
     assert report["first_bad_seq"] is None
 
 
+@both_backends
 def test_an_edited_event_exits_1_and_names_the_first_bad_seq(runtime, audited):
     tamper(
         runtime,
@@ -93,18 +85,19 @@ def test_an_edited_event_exits_1_and_names_the_first_bad_seq(runtime, audited):
 
     result = run_cli(runtime, "audit", "verify", "--tenant", "demo")
 
-    assert result.returncode == 1
+    assert result.exit_code == 1
     output = result.stdout + result.stderr
     assert "first bad seq 3" in output
     assert not result.stdout.startswith("ok")
 
 
+@both_backends
 def test_json_output_of_a_tampered_log(runtime, audited):
     tamper(runtime, delete(EVENTS).where((EVENTS.c.tenant == "demo") & (EVENTS.c.seq == 4)))
 
     result = run_cli(runtime, "audit", "verify", "--tenant", "demo", "--json")
 
-    assert result.returncode == 1
+    assert result.exit_code == 1
     report = json.loads(result.stdout)
     assert report["ok"] is False
     assert report["first_bad_seq"] == 4
@@ -114,12 +107,13 @@ def test_json_output_of_a_tampered_log(runtime, audited):
     assert set(report["head"]["hash"]) <= HEX64
 
 
+@both_backends
 def test_a_truncated_tail_exits_1(runtime, audited):
     tamper(runtime, delete(EVENTS).where((EVENTS.c.tenant == "demo") & (EVENTS.c.seq == audited)))
 
     result = run_cli(runtime, "audit", "verify", "--tenant", "demo", "--json")
 
-    assert result.returncode == 1
+    assert result.exit_code == 1
     report = json.loads(result.stdout)
     assert report["ok"] is False
     assert report["first_bad_seq"] == audited
@@ -137,7 +131,17 @@ def test_the_tenant_defaults_to_the_configured_default_tenant(runtime, audited):
     default_demo = run_cli(runtime, "audit", "verify", DRAFTGATE_DEFAULT_TENANT="demo")
     default_other = run_cli(runtime, "audit", "verify", "--json", DRAFTGATE_DEFAULT_TENANT="acme")
 
-    assert default_demo.returncode == 1
+    assert default_demo.exit_code == 1
     assert "first bad seq 2" in default_demo.stdout + default_demo.stderr
-    assert default_other.returncode == 0, default_other.stderr
+    assert default_other.exit_code == 0, default_other.stderr
     assert json.loads(default_other.stdout)["events_checked"] == 0
+
+
+def test_checkpoint_commands_without_the_key_fail_cleanly(runtime, audited):
+    printed = run_cli(runtime, "audit", "checkpoint-key")
+    signed = run_cli(runtime, "audit", "checkpoint")
+
+    for result in (printed, signed):
+        assert result.exit_code == 1
+        assert result.stderr.startswith("error: CHECKPOINT_KEY_MISSING"), result.stderr
+    assert not runtime.settings.resolved_checkpoint_key_file().exists()

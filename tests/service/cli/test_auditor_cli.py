@@ -1,17 +1,18 @@
-"""The auditor at a terminal: ``draftgate audit …`` and ``draftgate trace`` as subprocesses.
+"""The auditor at a terminal: ``draftgate audit …`` and ``draftgate trace``, in-process.
 
-The CLI talks to a real API (served here, on SQLite and PostgreSQL) with an auditor token
-from ``DRAFTGATE_API_URL`` and ``DRAFTGATE_TOKEN``. ``audit verify --file`` runs with an
-environment holding nothing but ``PATH``: it needs neither a server nor a database.
+The CLI talks to a real API (one per module and backend, reset for each test; on SQLite, and
+on PostgreSQL too where the database is the point) with an auditor token from
+``DRAFTGATE_API_URL`` and ``DRAFTGATE_TOKEN``. ``audit verify --file`` needs neither a server
+nor a database: it runs once as the installed command with nothing but ``PATH``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,9 @@ import httpx
 import pytest
 from sqlalchemy import update
 from sqlmodel import Session, col, select
+from typer.testing import Result
 
 from mcp_adapter.tools import ToolDoor
-from service.api.app import create_app
 from service.approvals.schemas import Decision
 from service.audit import checkpoints
 from service.audit.chain import event_hash
@@ -31,8 +32,9 @@ from service.errors import DomainError
 from service.signing import generate_private_key, public_key_b64
 from service.sql import utcnow
 from service.tracing import new_trace_id
+from tests.support import cli
 from tests.support.approvals import bearer, get_draft, signed_decision
-from tests.support.servers import serve
+from tests.support.cli import both_backends
 
 DRAFTGATE = Path(sys.executable).parent / "draftgate"
 EVENTS = AuditEvent.__table__  # type: ignore[attr-defined]
@@ -41,14 +43,18 @@ TABLE_HEADER = ["SEQ", "AT", "TYPE", "ACTOR", "DRAFT", "TRACE", "DETAIL"]
 
 
 @pytest.fixture
-def settings_overrides(tmp_path: Path) -> dict[str, Any]:
-    return {"checkpoint_key_file": tmp_path / "secrets" / "checkpoint-key.pem"}
+def runtime(served: cli.Served):
+    return served.runtime
 
 
 @pytest.fixture
-def api(runtime, demo) -> Iterator[str]:
-    with serve(create_app(runtime)) as url:
-        yield url
+def demo(served: cli.Served) -> dict[str, Any]:
+    return served.demo
+
+
+@pytest.fixture
+def api(served: cli.Served) -> str:
+    return served.url
 
 
 @pytest.fixture
@@ -90,31 +96,15 @@ def interaction(runtime, demo, api) -> dict[str, Any]:
     return {"trace_id": trace_id, "draft_id": draft["draft_id"], "public_key": public_key_b64(key)}
 
 
-def run(
-    *args: str, env: dict[str, str], cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(DRAFTGATE), *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+def run(*args: str, env: dict[str, str]) -> Result:
+    return cli.run(*args, env=env)
 
 
 def auditor_env(api: str, token: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DRAFTGATE_")}
-    env.update(DRAFTGATE_API_URL=api, DRAFTGATE_TOKEN=token)
-    return env
+    return {"DRAFTGATE_API_URL": api, "DRAFTGATE_TOKEN": token}
 
 
-def nothing_but_path() -> dict[str, str]:
-    return {"PATH": os.environ["PATH"]}
-
-
-def as_auditor(api: str, demo: dict[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
+def as_auditor(api: str, demo: dict[str, Any], *args: str) -> Result:
     return run(*args, env=auditor_env(api, demo["tokens"]["auditor"]))
 
 
@@ -128,32 +118,48 @@ def db_events(runtime) -> list[AuditEvent]:
 
 def export_to(api: str, demo: dict[str, Any], path: Path) -> None:
     result = as_auditor(api, demo, "audit", "export", "--out", str(path))
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
 
 
 def checkpoints_to(api: str, demo: dict[str, Any], path: Path) -> None:
     result = as_auditor(api, demo, "audit", "checkpoints", "--out", str(path))
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
 
 
-def verify_offline(
-    workdir: Path, *args: str, public_key: str | None = None
-) -> subprocess.CompletedProcess[str]:
+def verify_offline(workdir: Path, *args: str, public_key: str | None = None) -> Result:
+    """``audit verify`` with no DRAFTGATE_* variable at all, run from ``workdir``."""
     extra = ["--public-key", public_key] if public_key else []
-    return run("audit", "verify", *args, *extra, env=nothing_but_path(), cwd=workdir)
+    with contextlib.chdir(workdir):
+        return run("audit", "verify", *args, *extra, env={})
 
 
-def no_traceback(result: subprocess.CompletedProcess[str]) -> None:
+def verify_offline_installed(
+    workdir: Path, *args: str, public_key: str
+) -> subprocess.CompletedProcess[str]:
+    """The installed ``draftgate audit verify`` with an environment of nothing but ``PATH``."""
+    return subprocess.run(
+        [str(DRAFTGATE), "audit", "verify", *args, "--public-key", public_key],
+        env={"PATH": os.environ["PATH"]},
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def no_traceback(result: Result) -> None:
     assert "Traceback" not in result.stdout + result.stderr, result.stderr
 
 
 # --- audit events ---------------------------------------------------------------------------
 
 
+@both_backends
 def test_audit_events_prints_a_readable_table(runtime, demo, api, interaction):
     result = as_auditor(api, demo, "audit", "events", "--limit", "500")
 
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].split() == TABLE_HEADER
     events = db_events(runtime)
@@ -171,16 +177,17 @@ def test_audit_events_prints_a_readable_table(runtime, demo, api, interaction):
     assert "more: --cursor" not in result.stdout
 
 
+@both_backends
 def test_audit_events_filters_and_pages_with_the_printed_cursor(runtime, demo, api, interaction):
     first = as_auditor(
         api, demo, "audit", "events", "--trace", interaction["trace_id"], "--limit", "2"
     )
-    assert first.returncode == 0, first.stderr
+    assert first.exit_code == 0, first.stderr
     cursor = first.stdout.strip().splitlines()[-1].removeprefix("more: --cursor ")
     rest = as_auditor(
         api, demo, "audit", "events", "--trace", interaction["trace_id"], "--cursor", cursor
     )
-    assert rest.returncode == 0, rest.stderr
+    assert rest.exit_code == 0, rest.stderr
 
     seqs = [
         int(line.split()[0])
@@ -199,7 +206,7 @@ def test_audit_events_json_is_the_apis_page(demo, api, interaction):
         api, demo, "audit", "events", "--json", "--draft", interaction["draft_id"], "--limit", "3"
     )
 
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     page = json.loads(result.stdout)
     expected = httpx.get(
         f"{api}/v1/audit/events",
@@ -225,7 +232,7 @@ def test_audit_events_with_a_naive_time_or_a_non_auditor_token_fails_cleanly(dem
         (approver, "PERMISSION_DENIED"),
         (nobody, "UNAUTHENTICATED"),
     ):
-        assert result.returncode == 1
+        assert result.exit_code == 1
         assert code in result.stderr
         no_traceback(result)
 
@@ -233,12 +240,13 @@ def test_audit_events_with_a_naive_time_or_a_non_auditor_token_fails_cleanly(dem
 # --- export and checkpoints -----------------------------------------------------------------
 
 
+@both_backends
 def test_audit_export_writes_the_whole_log_as_ndjson(runtime, demo, api, interaction, tmp_path):
     out = tmp_path / "audit.ndjson"
 
     result = as_auditor(api, demo, "audit", "export", "--out", str(out))
 
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     events = db_events(runtime)
     assert [(line["seq"], line["hash"]) for line in lines] == [(e.seq, e.hash) for e in events]
@@ -252,7 +260,7 @@ def test_audit_checkpoints_writes_the_signed_checkpoints(demo, api, interaction,
 
     result = as_auditor(api, demo, "audit", "checkpoints", "--out", str(out))
 
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     document = json.loads(out.read_text())
     assert (
         document
@@ -265,11 +273,10 @@ def test_audit_checkpoints_writes_the_signed_checkpoints(demo, api, interaction,
     assert document["key_id"] in result.stdout
 
 
+@both_backends
 def test_the_operator_prints_the_key_to_pin_and_checkpoints_on_demand(runtime, demo, api):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DRAFTGATE_")}
-    env.update(
-        DRAFTGATE_DATABASE_URL=runtime.settings.resolved_database_url(),
-        DRAFTGATE_STATE_DIR=str(runtime.settings.state_dir),
+    env = cli.operator_env(
+        runtime,
         DRAFTGATE_CHECKPOINT_KEY_FILE=str(runtime.settings.resolved_checkpoint_key_file()),
     )
 
@@ -277,13 +284,13 @@ def test_the_operator_prints_the_key_to_pin_and_checkpoints_on_demand(runtime, d
     made = run("audit", "checkpoint", env=env)
     again = run("audit", "checkpoint", env=env)
 
-    assert generated.returncode == 0, generated.stderr
+    assert generated.exit_code == 0, generated.stderr
     pinned = generated.stdout.split("public key:")[1].split()[0]
     served = httpx.get(
         f"{api}/v1/audit/checkpoints", headers=bearer(demo["tokens"]["auditor"]), timeout=30
     ).json()
     assert served["public_key"] == pinned
-    assert made.returncode == 0, made.stderr
+    assert made.exit_code == 0, made.stderr
     assert [c["seq"] for c in served["checkpoints"]] == [db_events(runtime)[-1].seq]
     assert "nothing new to checkpoint" in again.stdout
 
@@ -299,7 +306,7 @@ def test_offline_verify_of_a_clean_export_exits_0_without_server_or_database(
     workdir = tmp_path / "empty"
     workdir.mkdir()
 
-    result = verify_offline(
+    result = verify_offline_installed(
         workdir,
         "--file",
         str(tmp_path / "audit.ndjson"),
@@ -320,6 +327,7 @@ def test_offline_verify_of_a_clean_export_exits_0_without_server_or_database(
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("ok:")
     assert "1 checkpoints agree" in result.stdout
+    assert as_json.exit_code == 0, as_json.stderr
     report = json.loads(as_json.stdout)
     lines = (tmp_path / "audit.ndjson").read_text().splitlines()
     assert report["ok"] is True
@@ -344,12 +352,13 @@ def test_offline_verify_of_a_tampered_export_exits_1_naming_the_first_bad_seq(
     edited_result = verify_offline(tmp_path, "--file", str(tmp_path / "edited.ndjson"))
     dropped_result = verify_offline(tmp_path, "--file", str(tmp_path / "dropped.ndjson"))
 
-    assert edited_result.returncode == 1
+    assert edited_result.exit_code == 1
     assert "TAMPERED: first bad seq 5" in edited_result.stderr
-    assert dropped_result.returncode == 1
+    assert dropped_result.exit_code == 1
     assert "TAMPERED: first bad seq 7" in dropped_result.stderr
 
 
+@both_backends
 def test_offline_verify_catches_a_rewritten_database_with_the_saved_checkpoints(
     runtime, demo, api, interaction, tmp_path
 ):
@@ -385,8 +394,8 @@ def test_offline_verify_catches_a_rewritten_database_with_the_saved_checkpoints(
         public_key=interaction["public_key"],
     )
 
-    assert without.returncode == 0, "the chain alone was rewritten consistently"
-    assert checked.returncode == 1
+    assert without.exit_code == 0, "the chain alone was rewritten consistently"
+    assert checked.exit_code == 1
     checkpointed = json.loads((tmp_path / "checkpoints.json").read_text())["checkpoints"][0]
     assert f"TAMPERED: first bad seq {checkpointed['seq']}" in checked.stderr
     assert "rewritten" in checked.stderr
@@ -406,7 +415,7 @@ def test_offline_verify_with_a_wrong_public_key_exits_1(demo, api, interaction, 
         public_key=wrong,
     )
 
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "not signed by the checkpoint key" in result.stderr
 
 
@@ -424,7 +433,7 @@ def test_offline_verify_without_a_pinned_key_warns_that_it_trusts_the_file(
         str(tmp_path / "checkpoints.json"),
     )
 
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     assert "warning: trusting the public key inside the checkpoints file" in result.stderr
 
 
@@ -473,11 +482,12 @@ def test_offline_verify_of_unusable_input_fails_with_a_message_not_a_traceback(
         tmp_path, "--file", str(export), "--checkpoints", str(cps), public_key=key
     )
 
-    assert result.returncode != 0
+    assert result.exit_code != 0
     assert result.stderr.strip().startswith(("error:", "TAMPERED")), result.stderr
     no_traceback(result)
 
 
+@both_backends
 def test_audit_verify_through_the_api(runtime, demo, api, interaction):
     clean = as_auditor(api, demo, "audit", "verify")
     clean_json = as_auditor(api, demo, "audit", "verify", "--json")
@@ -489,22 +499,23 @@ def test_audit_verify_through_the_api(runtime, demo, api, interaction):
         )
     tampered = as_auditor(api, demo, "audit", "verify")
 
-    assert clean.returncode == 0, clean.stderr
+    assert clean.exit_code == 0, clean.stderr
     assert clean.stdout.startswith("ok:")
     assert "1 checkpoints agree" in clean.stdout
     assert json.loads(clean_json.stdout)["checkpoints_checked"] == 1
-    assert tampered.returncode == 1
+    assert tampered.exit_code == 1
     assert "TAMPERED: first bad seq 2" in tampered.stderr
 
 
 # --- trace ----------------------------------------------------------------------------------
 
 
+@both_backends
 def test_trace_shows_a_readable_timeline_with_the_diagnosis(demo, api, interaction):
     result = as_auditor(api, demo, "trace", interaction["trace_id"])
     as_json = as_auditor(api, demo, "trace", interaction["trace_id"], "--json")
 
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == f"trace {interaction['trace_id']}"
     assert lines[1].strip() == f"draft {interaction['draft_id']} (refund): rejected"
@@ -529,6 +540,6 @@ def test_trace_shows_a_readable_timeline_with_the_diagnosis(demo, api, interacti
 def test_trace_of_an_unknown_id_fails_cleanly(demo, api):
     result = as_auditor(api, demo, "trace", "0" * 31 + "1")
 
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "TRACE_UNAVAILABLE" in result.stderr
     no_traceback(result)

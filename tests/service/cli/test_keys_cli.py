@@ -1,15 +1,12 @@
-"""``draftgate keys generate|register|list|revoke`` as an operator runs them: real subprocesses
-against the test database (once on SQLite, once on PostgreSQL for the database commands)."""
+"""``draftgate keys generate|register|list|revoke`` as an operator runs them, in-process, against
+the test database (SQLite; PostgreSQL too where what the command stores is the point)."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import shlex
 import stat
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +15,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import select
 from sqlmodel import Session, col
+from typer.testing import Result
 
 from service.audit.models import AuditEvent
 from service.db import session_scope
@@ -30,32 +28,28 @@ from service.signing import (
     sign,
     verify,
 )
+from tests.support import cli
+from tests.support.cli import both_backends
 
-DRAFTGATE = Path(sys.executable).parent / "draftgate"
 TENANT = "demo"
 
 
-def run_cli(
-    *args: str, runtime: Any = None, umask: int | None = None, **extra_env: str
-) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("DRAFTGATE_")}
+def run_cli(*args: str, runtime: Any = None, umask: int | None = None) -> Result:
+    env = cli.operator_env(runtime) if runtime is not None else {}
     env["DRAFTGATE_DEFAULT_TENANT"] = TENANT
-    if runtime is not None:
-        env["DRAFTGATE_DATABASE_URL"] = runtime.settings.resolved_database_url()
-        env["DRAFTGATE_STATE_DIR"] = str(runtime.settings.state_dir)
-    env.update(extra_env)
-    command = [str(DRAFTGATE), *args]
-    if umask is not None:  # run under a permissive umask: the file mode must not depend on it
-        command = ["sh", "-c", f"umask {umask:03o} && exec {shlex.join(command)}"]
-    return subprocess.run(
-        command, env=env, capture_output=True, text=True, timeout=120, check=False
-    )
+    if umask is None:
+        return cli.run(*args, env=env)
+    previous = os.umask(umask)  # a permissive umask: the file mode must not depend on it
+    try:
+        return cli.run(*args, env=env)
+    finally:
+        os.umask(previous)
 
 
 def generated(out: Path) -> tuple[str, str]:
     """Run ``keys generate``; returns (public key, key id) as printed."""
     result = run_cli("keys", "generate", "--out", str(out))
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     public = re.search(r"^public key:\s+(\S+)$", result.stdout, flags=re.MULTILINE)
     key_id = re.search(r"^key id:\s+(\S+)$", result.stdout, flags=re.MULTILINE)
     assert public, result.stdout
@@ -65,7 +59,7 @@ def generated(out: Path) -> tuple[str, str]:
 
 def listed(runtime, *args: str) -> list[dict[str, Any]]:
     result = run_cli("keys", "list", "--json", *args, runtime=runtime)
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     infos: list[dict[str, Any]] = json.loads(result.stdout)
     return infos
 
@@ -88,7 +82,7 @@ def test_generate_writes_a_pkcs8_pem_ed25519_key_readable_by_its_owner_only(tmp_
 
     result = run_cli("keys", "generate", "--out", str(out), umask=0)
 
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     pem = out.read_bytes()
     assert pem.startswith(b"-----BEGIN PRIVATE KEY-----\n")  # PKCS#8, not "OPENSSH"/"EC"
@@ -132,7 +126,7 @@ def test_generate_refuses_to_overwrite_an_existing_file(tmp_path, existing):
 
     result = run_cli("keys", "generate", "--out", str(out))
 
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "exists" in result.stderr
     assert "refusing to overwrite" in result.stderr
     assert out.read_bytes() == existing
@@ -148,13 +142,14 @@ def test_generate_does_not_follow_a_symlink_onto_another_file(tmp_path):
 
     result = run_cli("keys", "generate", "--out", str(link))
 
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert target.read_text() == "keep me"
 
 
 # --- register, list, revoke (operator: database access) ---------------------------------------
 
 
+@both_backends
 def test_register_a_generated_key_for_an_approver(runtime, demo, tmp_path):
     public, key_id = generated(tmp_path / "carol.pem")
 
@@ -170,7 +165,7 @@ def test_register_a_generated_key_for_an_approver(runtime, demo, tmp_path):
         runtime=runtime,
     )
 
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     assert result.stdout.strip() == f"registered {key_id} for carol"
     with session_scope(runtime.engine) as session:
         [info] = keys.list_keys(session, tenant=TENANT, approver="carol")
@@ -207,33 +202,35 @@ def test_register_refuses_what_is_not_a_raw_ed25519_public_key(runtime, demo, pu
         "keys", "register", "--approver", "carol", "--public-key", public_key, runtime=runtime
     )
 
-    assert result.returncode == 1, result.stdout
+    assert result.exit_code == 1, result.stdout
     assert "INVALID_ARGUMENT" in result.stderr
     assert listed(runtime) == before
 
 
+@both_backends
 def test_register_refuses_a_key_registered_before(runtime, demo, tmp_path):
     public, _ = generated(tmp_path / "carol.pem")
     first = run_cli(
         "keys", "register", "--approver", "carol", "--public-key", public, runtime=runtime
     )
-    assert first.returncode == 0, first.stderr
+    assert first.exit_code == 0, first.stderr
 
     again = run_cli(
         "keys", "register", "--approver", "dave", "--public-key", public, runtime=runtime
     )
 
-    assert again.returncode == 1
+    assert again.exit_code == 1
     assert "KEY_ALREADY_REGISTERED" in again.stderr
     assert [k["approver"] for k in listed(runtime) if k["public_key"] == public] == ["carol"]
 
 
+@both_backends
 def test_list_shows_the_tenants_keys_and_filters_by_approver(runtime, demo, tmp_path):
     public, key_id = generated(tmp_path / "carol.pem")
     assert (
         run_cli(
             "keys", "register", "--approver", "carol", "--public-key", public, runtime=runtime
-        ).returncode
+        ).exit_code
         == 0
     )
 
@@ -249,7 +246,7 @@ def test_list_shows_the_tenants_keys_and_filters_by_approver(runtime, demo, tmp_
     assert (carol["key_id"], carol["public_key"], carol["revoked_at"]) == (key_id, public, None)
 
     table = run_cli("keys", "list", runtime=runtime)
-    assert table.returncode == 0, table.stderr
+    assert table.exit_code == 0, table.stderr
     [header, *lines] = table.stdout.splitlines()
     assert header.split()[:3] == ["KEY", "ID", "APPROVER"]
     assert len(lines) == 3
@@ -257,6 +254,7 @@ def test_list_shows_the_tenants_keys_and_filters_by_approver(runtime, demo, tmp_
     assert line.split()[1:3] == ["carol", "yes"]
 
 
+@both_backends
 def test_keys_are_registered_and_listed_per_tenant(runtime, demo, tmp_path):
     public, key_id = generated(tmp_path / "acme.pem")
     result = run_cli(
@@ -270,23 +268,24 @@ def test_keys_are_registered_and_listed_per_tenant(runtime, demo, tmp_path):
         "acme",
         runtime=runtime,
     )
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
 
     assert key_id not in {k["key_id"] for k in listed(runtime)}
     assert [k["key_id"] for k in listed(runtime, "--tenant", "acme")] == [key_id]
     # a key of another tenant cannot be revoked from this one
     wrong = run_cli("keys", "revoke", key_id, runtime=runtime)
-    assert wrong.returncode == 1
+    assert wrong.exit_code == 1
     assert "KEY_UNAVAILABLE" in wrong.stderr
     assert listed(runtime, "--tenant", "acme")[0]["active"] is True
 
 
+@both_backends
 def test_revoke_a_key(runtime, demo):
     alice_key = demo["approvers"]["alice"]["key_id"]
 
     result = run_cli("keys", "revoke", alice_key, runtime=runtime)
 
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     assert result.stdout.strip() == f"revoked {alice_key} of alice"
     [alice] = listed(runtime, "--approver", "alice")
     assert alice["active"] is False
@@ -297,7 +296,7 @@ def test_revoke_a_key(runtime, demo):
     assert (event.actor, event.data["key_id"]) == ("operator:cli", alice_key)
 
     again = run_cli("keys", "revoke", alice_key, runtime=runtime)  # harmless, not re-audited
-    assert again.returncode == 0, again.stderr
+    assert again.exit_code == 0, again.stderr
     assert len(key_events(runtime, "key.revoked")) == 1
     table = run_cli("keys", "list", "--approver", "alice", runtime=runtime).stdout
     assert "revoked" in table
@@ -305,6 +304,6 @@ def test_revoke_a_key(runtime, demo):
 
 def test_revoke_an_unknown_key_fails(runtime, demo):
     result = run_cli("keys", "revoke", "ed25519-0000000000000000", runtime=runtime)
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "KEY_UNAVAILABLE" in result.stderr
     assert all(k["active"] for k in listed(runtime))

@@ -1,18 +1,17 @@
-"""``draftgate tokens issue|list|revoke`` as an operator runs them: real subprocesses."""
+"""``draftgate tokens issue|list|revoke`` as an operator runs them, in-process (the installed
+entry point is test_entry_point.py's), on SQLite and, where the database is the point, on
+PostgreSQL too."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 from sqlmodel import Session
+from typer.testing import Result
 
 from service.audit.models import AuditEvent
 from service.db import session_scope
@@ -20,27 +19,19 @@ from service.errors import DomainError
 from service.principal import Role
 from service.tokens import actions as tokens
 from service.tokens.models import ApiToken
+from tests.support import cli
+from tests.support.cli import both_backends
 
-DRAFTGATE = Path(sys.executable).parent / "draftgate"
 TOKEN_SHAPE = re.compile(r"^dg_[A-Za-z0-9_-]{43}$")
 
 
-def run_cli(runtime, *args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("DRAFTGATE_")}
-    env.update(
-        DRAFTGATE_DATABASE_URL=runtime.settings.resolved_database_url(),
-        DRAFTGATE_STATE_DIR=str(runtime.settings.state_dir),
-        DRAFTGATE_DEFAULT_TENANT="acme",
-        **extra_env,
-    )
-    return subprocess.run(
-        [str(DRAFTGATE), *args], env=env, capture_output=True, text=True, timeout=120, check=False
-    )
+def run_cli(runtime, *args: str) -> Result:
+    return cli.run(*args, env=cli.operator_env(runtime, DRAFTGATE_DEFAULT_TENANT="acme"))
 
 
 def issue_json(runtime, *args: str) -> dict:
     result = run_cli(runtime, "tokens", "issue", *args, "--json")
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     issued: dict = json.loads(result.stdout)
     return issued
 
@@ -56,6 +47,7 @@ def events(runtime, tenant: str = "acme") -> list[AuditEvent]:
         return list(session.scalars(statement).all())
 
 
+@both_backends
 def test_issue_an_agent_token_as_json(runtime):
     issued = issue_json(
         runtime, "--subject", "x", "--role", "agent", "--on-behalf-of", "cust", "--label", "l1"
@@ -95,7 +87,7 @@ def test_issue_in_plain_text_shows_the_secret_once_with_a_warning(runtime):
         runtime, "tokens", "issue", "--subject", "alice", "--role", "approver", "--tenant", "t2"
     )
 
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     token_id = re.search(r"token id: (tok_\w+)", result.stdout).group(1)
     secret = re.search(r"token:\s+(\S+)", result.stdout).group(1)
     assert TOKEN_SHAPE.match(secret)
@@ -107,7 +99,7 @@ def test_issue_in_plain_text_shows_the_secret_once_with_a_warning(runtime):
 def test_an_agent_token_without_on_behalf_of_is_refused(runtime):
     result = run_cli(runtime, "tokens", "issue", "--subject", "bot", "--role", "agent")
 
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "on_behalf_of" in result.stderr
     assert "Traceback" not in result.stderr
     assert "dg_" not in result.stdout
@@ -127,7 +119,7 @@ def test_an_approver_token_with_on_behalf_of_is_refused(runtime):
         "cust",
     )
 
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "error:" in result.stderr
     assert events(runtime) == []
 
@@ -135,11 +127,12 @@ def test_an_approver_token_with_on_behalf_of_is_refused(runtime):
 def test_an_unknown_role_is_a_usage_error(runtime):
     result = run_cli(runtime, "tokens", "issue", "--subject", "x", "--role", "superuser")
 
-    assert result.returncode == 2
+    assert result.exit_code == 2
     assert "--role" in result.stderr
     assert events(runtime) == []
 
 
+@both_backends
 def test_list_shows_ids_but_never_secrets(runtime):
     agent = issue_json(runtime, "--subject", "bot", "--role", "agent", "--on-behalf-of", "cust")
     auditor = issue_json(runtime, "--subject", "audrey", "--role", "auditor", "--label", "audits")
@@ -148,8 +141,8 @@ def test_list_shows_ids_but_never_secrets(runtime):
     table = run_cli(runtime, "tokens", "list")
     as_json = run_cli(runtime, "tokens", "list", "--json")
 
-    assert table.returncode == 0, table.stderr
-    assert as_json.returncode == 0, as_json.stderr
+    assert table.exit_code == 0, table.stderr
+    assert as_json.exit_code == 0, as_json.stderr
     listed = json.loads(as_json.stdout)
     assert [row["token_id"] for row in listed] == [agent["token_id"], auditor["token_id"]]
     assert {row["role"] for row in listed} == {"agent", "auditor"}
@@ -163,13 +156,14 @@ def test_list_shows_ids_but_never_secrets(runtime):
         assert issued["token"][3:] not in table.stdout + as_json.stdout
 
 
+@both_backends
 def test_revoke_refuses_the_token_from_then_on(runtime):
     issued = issue_json(runtime, "--subject", "bot", "--role", "agent", "--on-behalf-of", "cust")
     assert authenticate(runtime, issued["token"]).token_id == issued["token_id"]
 
     result = run_cli(runtime, "tokens", "revoke", issued["token_id"])
 
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     assert f"revoked {issued['token_id']}" in result.stdout
     with pytest.raises(DomainError) as caught:
         authenticate(runtime, issued["token"])
@@ -183,31 +177,33 @@ def test_revoke_refuses_the_token_from_then_on(runtime):
 def test_revoking_an_unknown_token_fails_cleanly(runtime):
     result = run_cli(runtime, "tokens", "revoke", "tok_0000000000000000")
 
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "TOKEN_UNAVAILABLE" in result.stderr
     assert "Traceback" not in result.stderr
 
 
+@both_backends
 def test_revoke_is_scoped_to_the_tenant(runtime):
     issued = issue_json(runtime, "--subject", "zed", "--role", "admin", "--tenant", "other")
 
     wrong = run_cli(runtime, "tokens", "revoke", issued["token_id"])  # default tenant: acme
     right = run_cli(runtime, "tokens", "revoke", issued["token_id"], "--tenant", "other")
 
-    assert wrong.returncode == 1
-    assert right.returncode == 0, right.stderr
+    assert wrong.exit_code == 1
+    assert right.exit_code == 0, right.stderr
 
 
 def test_an_empty_subject_is_refused(runtime):
     result = run_cli(runtime, "tokens", "issue", "--subject", "", "--role", "admin")
 
-    assert result.returncode != 0, "a token for an empty subject was issued"
+    assert result.exit_code != 0, "a token for an empty subject was issued"
     assert "Traceback" not in result.stderr
 
 
+@both_backends
 def test_an_overlong_subject_is_refused_cleanly_on_every_backend(runtime):
     result = run_cli(runtime, "tokens", "issue", "--subject", "a" * 200, "--role", "admin")
 
-    assert result.returncode == 1, "a subject longer than the column (128) was accepted"
+    assert result.exit_code == 1, "a subject longer than the column (128) was accepted"
     assert result.stderr.startswith("error:"), result.stderr[-2000:]
     assert "Traceback" not in result.stderr

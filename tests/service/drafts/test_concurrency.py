@@ -7,8 +7,6 @@ the core (its own connection and transactions), against SQLite and PostgreSQL.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,34 +16,17 @@ from sqlmodel import select
 from mcp_adapter.tools import ToolDoor
 from service.audit import actions as audit_actions
 from service.audit import repository as audit_repository
-from service.config import Settings
 from service.db import session_scope
-from service.demo import seed_demo
 from service.drafts.models import Draft, DraftRevision, IdempotencyKey
 from service.errors import DomainError
-from service.runtime import Runtime, build_runtime
+from service.runtime import Runtime
 from service.tracing import new_trace_id
+from tests.support.mcp_helpers import BOTH_BACKENDS, module_host_fixtures
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, BOTH_BACKENDS]
 
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Runtime, str]]:
-    """A runtime of its own on a freshly migrated database, seeded with the demo shop."""
-    url = str(
-        request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "postgres_url")
-    )
-    runtime = build_runtime(Settings(state_dir=tmp_path / "state", database_url=url))
-    with session_scope(runtime.engine) as session:
-        manifest = seed_demo(
-            session,
-            tenant="demo",
-            state_dir=runtime.settings.state_dir,
-            api_url="http://api.invalid",
-            mcp_url="http://mcp.invalid/mcp",
-        )
-    yield runtime, manifest["tokens"]["agent"]
-    runtime.engine.dispose()
+# One runtime per backend for the module, its database emptied and the demo seeded per test.
+mcp_hosts, backend, module_host, demo, runtime, mcp_url = module_host_fixtures()
 
 
 def run_together(door: ToolDoor, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
@@ -114,9 +95,8 @@ def assert_chain_ok(runtime: Runtime) -> None:
     assert result.ok, result.problem
 
 
-def test_fifty_concurrent_calls_with_one_key_create_one_draft(backend):
-    runtime, token = backend
-    door = ToolDoor(runtime, stdio_token=token)
+def test_fifty_concurrent_calls_with_one_key_create_one_draft(runtime, demo):
+    door = ToolDoor(runtime, stdio_token=demo["tokens"]["agent"])
     outcomes = run_together(door, [("propose_refund", refund(idempotency_key="ticket-1"))] * 50)
 
     failures = [describe(o) for o in outcomes if isinstance(o, Exception)]
@@ -129,9 +109,8 @@ def test_fifty_concurrent_calls_with_one_key_create_one_draft(backend):
     assert_chain_ok(runtime)
 
 
-def test_concurrent_calls_with_one_key_and_different_params_create_one_draft(backend):
-    runtime, token = backend
-    door = ToolDoor(runtime, stdio_token=token)
+def test_concurrent_calls_with_one_key_and_different_params_create_one_draft(runtime, demo):
+    door = ToolDoor(runtime, stdio_token=demo["tokens"]["agent"])
     calls = [
         ("propose_refund", refund(amount_minor=1_000 + index, idempotency_key="ticket-2"))
         for index in range(10)
@@ -151,9 +130,8 @@ def test_concurrent_calls_with_one_key_and_different_params_create_one_draft(bac
     assert_chain_ok(runtime)
 
 
-def test_twenty_concurrent_identical_proposals_without_a_key_make_one_open_draft(backend):
-    runtime, token = backend
-    door = ToolDoor(runtime, stdio_token=token)
+def test_twenty_concurrent_identical_proposals_without_a_key_make_one_open_draft(runtime, demo):
+    door = ToolDoor(runtime, stdio_token=demo["tokens"]["agent"])
     outcomes = run_together(door, [("propose_refund", refund())] * 20)
 
     failures = [describe(o) for o in outcomes if isinstance(o, Exception)]
