@@ -31,15 +31,21 @@ from service.shop.models import Refund
 from service.sql import utcnow
 from service.tracing import new_trace_id
 from tests.support.approvals import approve, bearer
-from tests.support.workers import celery_worker
-from tests.workers.helpers import refunds
+from tests.workers.helpers import (
+    POLL_SECONDS,
+    extra_worker,
+    make_quiet,
+    refunds,
+    restart_worker,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 
 ORDER = "ORD-1004"
 AMOUNT = 2_500  # 25.00 USD: one approver
-PAUSE_MS = 5_000  # between the refund and recording it: the window the test kills in
-LEASE_SECONDS = 3
+PAUSE_MS = 3_000  # between the refund and recording it: the window the test kills in
+LEASE_SECONDS = 2  # runs out in that window, so a dead worker's attempt can be taken over
 VISIBILITY_SECONDS = 5
 
 
@@ -88,20 +94,13 @@ def state(stack: Any, execution_id: str) -> tuple[Execution, list[ExecutionAttem
         return execution, executions_repository.attempts(session, execution_id)
 
 
-def wait_until(condition: Any, timeout: float, message: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, message
-        time.sleep(0.05)
-
-
 def wait_for_finish(stack: Any, execution_id: str, timeout: float = 90) -> Execution:
     deadline = time.monotonic() + timeout
     while True:
         execution, _ = state(stack, execution_id)
         if execution.status in ("succeeded", "failed") or time.monotonic() > deadline:
             return execution
-        time.sleep(0.2)
+        time.sleep(POLL_SECONDS)
 
 
 def refund_made_then_kill(stack: Any, draft_id: str, execution_id: str) -> Refund:
@@ -143,57 +142,16 @@ def assert_recovered_once(stack: Any, draft_id: str, execution_id: str, refund: 
 
 
 # --- the crash drills ---------------------------------------------------------------------
+#
+# In the order the module runs them on one stack: first the drill the stack's worker
+# survives, then the ones that SIGKILL it. The redelivery drill starts the stack's worker
+# again itself (the next drill finds it running); the sweeper drill, last on these settings,
+# leaves it dead.
 
 
 # kombu's SQLite broker never redelivers (the sweeper recovers instead) and its worker runs
 # the solo pool, so these run on the production stack only.
-production_only = pytest.mark.parametrize("stack_settings", ["production"], indirect=True)
-
-
-@production_only
-def test_a_killed_worker_is_recovered_by_redis_redelivery(stack, tmp_path):
-    draft_id, execution_id = approved_and_executing(stack)
-    refund = refund_made_then_kill(stack, draft_id, execution_id)
-    _, [first] = state(stack, execution_id)
-    # Redis hands an unacknowledged message out again once the visibility timeout has
-    # passed since its delivery, when a consumer scans (kombu scans as a worker starts).
-    delivered_by = first.started_at + timedelta(seconds=VISIBILITY_SECONDS + 1)
-    wait_until(lambda: utcnow() > delivered_by, 30, "clock")
-
-    with celery_worker(without_pause(stack), tmp_path / "logs" / "worker-2.log") as worker:
-        execution = wait_for_finish(stack, execution_id)
-        log = worker.output()
-    assert execution.status == "succeeded", log[-3000:]
-    assert_recovered_once(stack, draft_id, execution_id, refund)
-    with session_scope(stack.runtime.engine) as session:  # the broker did it, not the sweeper
-        republished = audit_repository.events_for(
-            session, "demo", draft_id=draft_id, type_="execution.republished"
-        )
-    assert republished == []
-
-
-def test_a_killed_worker_is_recovered_by_the_sweeper(stack, tmp_path):
-    draft_id, execution_id = approved_and_executing(stack)
-    refund = refund_made_then_kill(stack, draft_id, execution_id)
-    publish = celery_publisher(stack.settings)
-
-    with celery_worker(without_pause(stack), tmp_path / "logs" / "worker-2.log") as worker:
-        execution, _ = state(stack, execution_id)
-        assert execution.lease_expires_at is not None
-        wait_until(
-            lambda: utcnow() > execution.lease_expires_at + timedelta(seconds=0.5),
-            30,
-            "clock",
-        )
-        report = sweep(stack.runtime, publish)
-        assert report.republished == 1 or state(stack, execution_id)[0].status == "succeeded"
-        execution = wait_for_finish(stack, execution_id)
-        log = worker.output()
-    assert execution.status == "succeeded", log[-3000:]
-    assert_recovered_once(stack, draft_id, execution_id, refund)
-    # Once finished, nothing is republished any more.
-    time.sleep(1.2)
-    assert sweep(stack.runtime, publish).republished == 0
+production_only = pytest.mark.parametrize("stack_kind", ["production"], indirect=True)
 
 
 @production_only
@@ -214,6 +172,54 @@ def test_a_killed_pool_process_is_given_back_by_the_worker_and_recovered(stack):
 
     assert execution.status == "succeeded", stack.worker.output()[-4000:]
     assert_recovered_once(stack, draft_id, execution_id, refund)
+    assert stack.worker.alive  # the main process lived through it
+
+
+@production_only
+def test_a_killed_worker_is_recovered_by_redis_redelivery(stack, stack_host):
+    draft_id, execution_id = approved_and_executing(stack)
+    refund = refund_made_then_kill(stack, draft_id, execution_id)
+    _, [first] = state(stack, execution_id)
+    # Redis hands an unacknowledged message out again once the visibility timeout has
+    # passed since its delivery, when a consumer scans (kombu scans as a worker starts).
+    delivered_by = first.started_at + timedelta(seconds=VISIBILITY_SECONDS + 1)
+    wait_until(lambda: utcnow() > delivered_by, 30, "clock")
+
+    # The stack's worker comes back (and stays, for the next drill); finding the refund made,
+    # it pauses once more before recording it.
+    worker = restart_worker(stack, stack_host)
+    execution = wait_for_finish(stack, execution_id)
+    assert execution.status == "succeeded", worker.output()[-3000:]
+    assert_recovered_once(stack, draft_id, execution_id, refund)
+    with session_scope(stack.runtime.engine) as session:  # the broker did it, not the sweeper
+        republished = audit_repository.events_for(
+            session, "demo", draft_id=draft_id, type_="execution.republished"
+        )
+    assert republished == []
+
+
+def test_a_killed_worker_is_recovered_by_the_sweeper(stack, tmp_path):
+    draft_id, execution_id = approved_and_executing(stack)
+    refund = refund_made_then_kill(stack, draft_id, execution_id)
+    publish = celery_publisher(stack.settings)
+
+    with extra_worker(without_pause(stack), tmp_path / "logs" / "worker-2.log") as worker:
+        execution, _ = state(stack, execution_id)
+        assert execution.lease_expires_at is not None
+        wait_until(
+            lambda: utcnow() > execution.lease_expires_at + timedelta(seconds=0.5),
+            30,
+            "clock",
+        )
+        report = sweep(stack.runtime, publish)
+        assert report.republished == 1 or state(stack, execution_id)[0].status == "succeeded"
+        execution = wait_for_finish(stack, execution_id)
+        log = worker.output()
+    assert execution.status == "succeeded", log[-3000:]
+    assert_recovered_once(stack, draft_id, execution_id, refund)
+    # Once finished, nothing is republished any more, however long it has been quiet.
+    make_quiet(stack.runtime.engine, execution_id)
+    assert sweep(stack.runtime, publish).republished == 0
 
 
 @pytest.mark.parametrize(
@@ -222,7 +228,7 @@ def test_a_killed_pool_process_is_given_back_by_the_worker_and_recovered(stack):
 )
 def test_duplicate_deliveries_to_two_workers_make_one_refund(stack, tmp_path):
     publish = celery_publisher(stack.settings)
-    with celery_worker(stack.settings, tmp_path / "logs" / "worker-2.log", concurrency=2):
+    with extra_worker(stack.settings, tmp_path / "logs" / "worker-2.log", concurrency=2):
         draft_id, execution_id = approved_and_executing(stack)
         for _ in range(5):  # the same task, delivered again and again, to either worker
             publish(EXECUTE_TASK, [execution_id])

@@ -31,12 +31,12 @@ from service.executions.models import Execution, OutboxMessage
 from service.sql import utcnow
 from tests.support.approvals import approve, bearer, get_draft, signed_decision
 from tests.support.mcp_client import connect
-from tests.support.workers import celery_worker
 from tests.workers.helpers import (
     FINISHED,
     chain_verifies,
     get_execution,
     refunds,
+    restart_worker,
     wait_for_execution,
 )
 
@@ -45,6 +45,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 ORDER = "ORD-1004"  # delivered 3 days ago, total 785.00 USD
 SMALL = 1_500  # 15.00 USD: one approver
 LARGE = 60_000  # 600.00 USD: alice AND bob
+AGENT_POLL_SECONDS = 0.1  # each look is a get_draft over MCP
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -73,7 +74,7 @@ async def wait_for_agent_draft(
         view = await agent_draft(agent, draft_id)
         if view["status"] in statuses or time.monotonic() > deadline:
             return view
-        await anyio.sleep(0.2)
+        await anyio.sleep(AGENT_POLL_SECONDS)
 
 
 def execute(
@@ -104,7 +105,7 @@ def worker_log(stack: Any) -> str:
 # --- the full flow ------------------------------------------------------------------------
 
 
-async def test_a_two_approver_refund_runs_once_and_the_agent_hears_each_stage(stack, tmp_path):
+async def test_a_two_approver_refund_runs_once_and_the_agent_hears_each_stage(stack, stack_host):
     demo = stack.demo
     trace_id, header = traceparent()
     approver_trace_id, approver_header = traceparent()
@@ -135,7 +136,7 @@ async def test_a_two_approver_refund_runs_once_and_the_agent_hears_each_stage(st
         assert "Nothing has run yet" in view["message"]
 
         # With no worker running, the request waits in the queue; the agent is told so.
-        stack.worker.stop()
+        stack.worker.kill()
         accepted = execute(stack, draft_id, approver="bob", traceparent=approver_header)
         assert accepted.status_code == 202, accepted.text
         body = accepted.json()
@@ -147,9 +148,9 @@ async def test_a_two_approver_refund_runs_once_and_the_agent_hears_each_stage(st
         assert "being executed" in view["message"]
         assert view["outcome"] is None
 
-        with celery_worker(stack.settings, tmp_path / "logs" / "worker-2.log") as worker:
-            view = await wait_for_agent_draft(agent, draft_id, FINISHED)
-            log = worker.output()[-3000:]
+        worker = restart_worker(stack, stack_host)
+        view = await wait_for_agent_draft(agent, draft_id, FINISHED)
+        log = worker.output()[-3000:]
     assert view["status"] == "succeeded", log
 
     key = f"{draft_id}:1"
@@ -389,3 +390,30 @@ async def test_get_draft_tells_the_agent_about_a_rejection_and_an_expiry(stack):
     with session_scope(stack.runtime.engine) as session:
         assert session.exec(select(func.count()).select_from(Execution)).one() == 0
     assert chain_verifies(stack)
+
+
+# --- the smallest whole round trip (formerly its own module, which cost two more stacks) ----
+
+
+async def test_propose_approve_execute_succeeds_once(stack):
+    demo = stack.demo
+    async with connect(stack.mcp_url, demo["tokens"]["agent"]) as agent:
+        proposed = await agent.call_tool(
+            "propose_refund",
+            {
+                "order_id": demo["orders"]["delivered"],
+                "amount": {"amount_minor": 1500, "currency": "USD"},
+                "reason": "damaged",
+            },
+        )
+        draft_id = proposed.structured_content["draft_id"]
+        assert approve(stack.api_url, demo, draft_id, "alice").status_code == 201
+        accepted = httpx.post(
+            f"{stack.api_url}/v1/drafts/{draft_id}/execute",
+            headers=bearer(demo["tokens"]["approver_alice"]),
+            timeout=30,
+        )
+        assert accepted.status_code == 202
+        state = await wait_for_agent_draft(agent, draft_id, FINISHED)
+    assert state["status"] == "succeeded", stack.worker.output()[-3000:]
+    assert state["outcome"]["amount_minor"] == 1500

@@ -5,7 +5,6 @@ embedded and the production stack; the agent hears the outcome through MCP ``get
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import httpx
@@ -22,12 +21,29 @@ from service.shop.models import Cancellation, Order
 from service.tracing import new_trace_id
 from tests.support.approvals import approve, bearer
 from tests.support.mcp_client import connect
-from tests.workers.helpers import chain_verifies, get_execution, refunds, wait_for_execution
+from tests.workers.helpers import (
+    chain_verifies,
+    deliver,
+    get_execution,
+    make_quiet,
+    refunds,
+    wait_for_execution,
+    wait_for_task,
+)
 
 pytestmark = pytest.mark.slow
 
 ORDER = "ORD-1004"
 AMOUNT = 2_500  # 25.00 USD: one approver
+# Short backoffs: the retry path is the same, the test waits less for it.
+RETRIES = {"execution_retry_base_seconds": 0.1, "execution_retry_max_seconds": 0.4}
+
+
+@pytest.fixture
+def settings_overrides() -> dict[str, Any]:
+    """The module's stack: two transient failures of the payment provider, then success.
+    (The tests are ordered so that those on the same settings share one stack.)"""
+    return {**RETRIES, "shop_transient_failures": 2}
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -79,7 +95,6 @@ async def agent_view(stack: Any, draft_id: str) -> dict[str, Any]:
 # --- transient failures -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("settings_overrides", [{"shop_transient_failures": 2}])
 def test_a_transient_failure_is_retried_until_it_succeeds(stack):
     draft_id = propose_refund(stack)
     assert approve(stack.api_url, stack.demo, draft_id, "alice").status_code == 201
@@ -106,8 +121,8 @@ def test_a_transient_failure_is_retried_until_it_succeeds(stack):
 
     scheduled = audit_events(stack, draft_id, "execution.retry_scheduled")
     assert [e["data"]["attempt"] for e in scheduled] == [1, 2]
-    # Exponential backoff from the stack's base (0.5 s), capped at its maximum (2 s).
-    assert [e["data"]["retry_in_seconds"] for e in scheduled] == [0.5, 1.0]
+    # Exponential backoff from the module's base (0.1 s).
+    assert [e["data"]["retry_in_seconds"] for e in scheduled] == [0.1, 0.2]
     assert all(e["data"]["error"]["code"] == "PAYMENT_PROVIDER_UNAVAILABLE" for e in scheduled)
     assert [e["data"]["attempt"] for e in audit_events(stack, draft_id, "execution.started")] == [
         1,
@@ -118,53 +133,9 @@ def test_a_transient_failure_is_retried_until_it_succeeds(stack):
     assert chain_verifies(stack)
 
 
-@pytest.mark.parametrize(
-    "settings_overrides",
-    [{"shop_transient_failures": 10, "execution_max_attempts": 3, "republish_after_seconds": 1}],
-)
-@pytest.mark.anyio
-async def test_transient_failures_stop_after_the_attempt_limit(stack):
-    draft_id = propose_refund(stack)
-    assert approve(stack.api_url, stack.demo, draft_id, "alice").status_code == 201
-    execution_id = execute(stack, draft_id)
-
-    execution = wait_for_execution(stack, execution_id)
-
-    assert execution["status"] == "failed", stack.worker.output()[-3000:]
-    assert [(a["number"], a["result"]) for a in execution["attempts"]] == [
-        (1, "retry"),
-        (2, "retry"),
-        (3, "failed"),
-    ]
-    error = execution["error"]
-    assert error["code"] == "PAYMENT_PROVIDER_UNAVAILABLE"
-    assert error["attempts_exhausted"] is True
-    assert "temporarily unavailable" in error["message"]
-    assert refunds(stack) == []
-
-    view = await agent_view(stack, draft_id)
-    assert view["status"] == "failed"
-    assert "kept failing after 3 attempts" in view["reason"]
-    assert view["reason"] in view["message"]
-    assert "could not be carried out" in view["message"]
-    assert view["outcome"] is None
-
-    failed = audit_events(stack, draft_id, "execution.failed")
-    assert len(failed) == 1
-    assert failed[0]["data"]["attempts_exhausted"] is True
-    assert len(audit_events(stack, draft_id, "execution.retry_scheduled")) == 2
-
-    # Nothing runs it again: neither the sweeper nor another delivery.
-    time.sleep(1.5)
-    assert sweep(stack.runtime, celery_publisher(stack.settings)).republished == 0
-    time.sleep(1.0)
-    again = get_execution(stack, execution_id)
-    assert (again["status"], len(again["attempts"])) == ("failed", 3)
-    assert len(audit_events(stack, draft_id, "execution.started")) == 3
-    assert chain_verifies(stack)
-
-
 # --- a business failure -------------------------------------------------------------------
+# (On the module's settings: the shop's transient failures hit only its payment provider,
+# which cancelling an order never calls, so the failure below is the business one alone.)
 
 
 @pytest.mark.anyio
@@ -207,4 +178,65 @@ async def test_a_business_failure_is_final_after_one_attempt(stack):
     assert audit_events(stack, draft_id, "execution.retry_scheduled") == []
     assert len(audit_events(stack, draft_id, "execution.started")) == 1
     assert len(audit_events(stack, draft_id, "execution.failed")) == 1
+    assert chain_verifies(stack)
+
+
+# --- the attempt limit (its own settings, so last) ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    "settings_overrides",
+    [
+        {
+            **RETRIES,
+            "shop_transient_failures": 10,
+            "execution_max_attempts": 3,
+            "execution_retry_max_seconds": 0.15,
+        }
+    ],
+)
+@pytest.mark.anyio
+async def test_transient_failures_stop_after_the_attempt_limit(stack):
+    draft_id = propose_refund(stack)
+    assert approve(stack.api_url, stack.demo, draft_id, "alice").status_code == 201
+    execution_id = execute(stack, draft_id)
+
+    execution = wait_for_execution(stack, execution_id)
+
+    assert execution["status"] == "failed", stack.worker.output()[-3000:]
+    assert [(a["number"], a["result"]) for a in execution["attempts"]] == [
+        (1, "retry"),
+        (2, "retry"),
+        (3, "failed"),
+    ]
+    error = execution["error"]
+    assert error["code"] == "PAYMENT_PROVIDER_UNAVAILABLE"
+    assert error["attempts_exhausted"] is True
+    assert "temporarily unavailable" in error["message"]
+    assert refunds(stack) == []
+
+    view = await agent_view(stack, draft_id)
+    assert view["status"] == "failed"
+    assert "kept failing after 3 attempts" in view["reason"]
+    assert view["reason"] in view["message"]
+    assert "could not be carried out" in view["message"]
+    assert view["outcome"] is None
+
+    failed = audit_events(stack, draft_id, "execution.failed")
+    assert len(failed) == 1
+    assert failed[0]["data"]["attempts_exhausted"] is True
+    scheduled = audit_events(stack, draft_id, "execution.retry_scheduled")
+    assert len(scheduled) == 2
+    # Doubling from the base, capped at the maximum (0.15 s).
+    assert [e["data"]["retry_in_seconds"] for e in scheduled] == [0.1, 0.15]
+
+    # Nothing runs it again: neither the sweeper (however long it has been quiet) nor another
+    # delivery of its task.
+    make_quiet(stack.runtime.engine, execution_id)
+    assert sweep(stack.runtime, celery_publisher(stack.settings)).republished == 0
+    ran = wait_for_task(stack.worker, deliver(stack.settings, execution_id))
+    assert ran.endswith("'failed'"), ran
+    again = get_execution(stack, execution_id)
+    assert (again["status"], len(again["attempts"])) == ("failed", 3)
+    assert len(audit_events(stack, draft_id, "execution.started")) == 3
     assert chain_verifies(stack)

@@ -38,7 +38,7 @@ from service.tokens import actions as tokens
 from service.tracing import new_trace_id
 from tests.support.approvals import approve, bearer
 from tests.support.core import approve_in_core, request_execution_in_core
-from tests.support.workers import celery_worker
+from tests.workers.helpers import POLL_SECONDS, restart_worker
 
 ORDER = "ORD-1004"  # delivered, total 785.00 USD
 SMALL = 2_500  # 25.00 USD: one approver
@@ -118,7 +118,7 @@ def wait_for_execution(engine: Any, execution_id: str, timeout: float = 60) -> E
         assert execution is not None
         if execution.status in FINISHED or time.monotonic() > deadline:
             return execution
-        time.sleep(0.2)
+        time.sleep(POLL_SECONDS)
 
 
 def refunds(engine: Any) -> list[Refund]:
@@ -197,7 +197,7 @@ def test_a_draft_marked_approved_in_the_database_is_executed_by_nobody(stack):
 
 
 @pytest.mark.slow
-def test_params_edited_after_approval_are_refused_by_the_worker(stack, tmp_path):
+def test_params_edited_after_approval_are_refused_by_the_worker(stack, stack_host):
     engine = stack.runtime.engine
     draft_id = propose_refund(stack.runtime, stack.demo, SMALL)
     assert approve(stack.api_url, stack.demo, draft_id, "alice").status_code == 201
@@ -207,16 +207,16 @@ def test_params_edited_after_approval_are_refused_by_the_worker(stack, tmp_path)
         signed_digest, params = draft.params_sha256, dict(draft.params)
 
     # The execution is accepted while the params are intact; they change before a worker runs.
-    stack.worker.stop()
+    stack.worker.kill()
     accepted = execute(stack, draft_id)
     assert accepted.status_code == 202, accepted.text
     bigger = {**params, "amount": {"amount_minor": 70_000, "currency": "USD"}}
     tamper(engine, draft_id, params=bigger)  # params_sha256 left as signed
 
-    with celery_worker(stack.settings, tmp_path / "logs" / "worker-2.log") as worker:
-        execution = assert_refused_by_the_worker(
-            stack, draft_id, accepted.json()["execution_id"], worker
-        )
+    worker = restart_worker(stack, stack_host)
+    execution = assert_refused_by_the_worker(
+        stack, draft_id, accepted.json()["execution_id"], worker
+    )
     assert "params_sha256" in execution.error["message"]
     with session_scope(engine) as session:
         stored = drafts_repository.get(session, "demo", draft_id)
@@ -310,6 +310,7 @@ def test_unsigned_draft_columns_cannot_lower_the_policy(runtime, demo, tampering
     assert (refused_with, [r.amount_minor for r in paid_out]) == ("APPROVALS_UNVERIFIED", [])
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # a role matrix: backend-free
 @pytest.mark.parametrize("token", ["agent", "auditor", "admin"])
 def test_only_an_approver_may_request_an_execution(runtime, demo, token):
     draft_id = propose_refund(runtime, demo, SMALL)

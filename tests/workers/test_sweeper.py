@@ -32,6 +32,7 @@ from service.sql import utcnow
 from service.tracing import new_trace_id
 from tests.support.approvals import approve, bearer
 from tests.support.core import approve_in_core, request_execution_in_core
+from tests.workers.helpers import POLL_SECONDS, drain, make_quiet
 
 ORDER = "ORD-1004"
 SMALL = 2_500  # 25.00 USD: one approver
@@ -96,7 +97,7 @@ def wait_for_execution(runtime: Runtime, execution_id: str, timeout: float = 60)
         assert execution is not None
         if execution.status in FINISHED or time.monotonic() > deadline:
             return execution
-        time.sleep(0.2)
+        time.sleep(POLL_SECONDS)
 
 
 def refunds(runtime: Runtime) -> list[Refund]:
@@ -135,7 +136,9 @@ def test_an_outbox_row_never_published_is_published_by_the_sweeper(stack):
     execution_id = request_without_publishing(runtime, stack.demo, draft_id)
     [message] = outbox(runtime, execution_id)
     assert (message.published_at, message.publish_count) == (None, 0)
-    time.sleep(1)  # nothing was published, so nothing runs
+    # Nothing was published, so nothing runs: once the worker has taken everything queued
+    # before a probe message of ours, the execution is still waiting.
+    drain(stack.settings, stack.worker)
     assert wait_for_execution(runtime, execution_id, timeout=0).status == "queued"
 
     backdate_outbox(runtime, execution_id)  # older than the grace the request had
@@ -178,7 +181,7 @@ def test_a_queued_execution_whose_message_was_lost_is_republished(stack):
     assert republished["execution_id"] == execution_id
     assert republished["actor"] == "system:sweeper"
     assert republished["data"]["status"] == "queued"
-    time.sleep(1.2)
+    make_quiet(runtime.engine, execution_id)  # however long it has been quiet since
     assert sweep(runtime, publish).republished == 0  # finished: never again
     assert chain_verifies(runtime)
 

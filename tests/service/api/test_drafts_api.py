@@ -1,6 +1,9 @@
-"""Reading drafts over real HTTP: the approver's queue, one draft in full, OpenAPI, executions.
+"""Reading drafts over HTTP: the approver's queue, one draft in full, OpenAPI, executions.
 
-Each test runs once on SQLite and once on PostgreSQL, against a real uvicorn server.
+The API runs in-process (``httpx.ASGITransport``, tests/support/api_client.py); one test
+serves it with uvicorn. Rendering, roles and input refusals run on SQLite; the queue's SQL
+(tenant, status and action filters, keyset pagination, expiry) and the round trip of params
+through the database run on SQLite and on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ import base64
 import hashlib
 import json
 import re
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -33,8 +37,15 @@ from service.signing import generate_private_key, load_private_key, public_key_b
 from service.sql import utcnow
 from service.tokens import actions as tokens
 from service.tracing import new_trace_id
-from tests.support.approvals import bearer, get_draft, signed_decision
-from tests.support.servers import serve
+from tests.support.api_client import (
+    bearer,
+    both_backends,
+    get_draft,
+    in_process,
+    served,
+    sqlite_unless_parametrised,
+)
+from tests.support.approvals import signed_decision
 
 PROBLEM_JSON = "application/problem+json"
 TENANT = "demo"
@@ -52,9 +63,14 @@ ADDRESS = {
 
 
 @pytest.fixture
-def api(runtime, demo) -> Any:
-    with serve(create_app(runtime)) as url:
-        yield url
+def db_url(request: pytest.FixtureRequest) -> str:
+    return sqlite_unless_parametrised(request)
+
+
+@pytest.fixture
+def api(runtime, demo) -> Iterator[httpx.Client]:
+    with in_process(create_app(runtime)) as client:
+        yield client
 
 
 @pytest.fixture
@@ -79,11 +95,11 @@ def refund(door: ToolDoor, amount_minor: int = 2_500, **extra: Any) -> dict[str,
     )
 
 
-def get(api: str, token: str, path: str, **params: Any) -> httpx.Response:
-    return httpx.get(f"{api}{path}", params=params, headers=bearer(token), timeout=30)
+def get(api: httpx.Client, token: str, path: str, **params: Any) -> httpx.Response:
+    return api.get(path, params=params, headers=bearer(token))
 
 
-def listed(api: str, token: str, **params: Any) -> dict[str, Any]:
+def listed(api: httpx.Client, token: str, **params: Any) -> dict[str, Any]:
     response = get(api, token, "/v1/drafts", **params)
     assert response.status_code == 200, response.text
     page: dict[str, Any] = response.json()
@@ -102,7 +118,9 @@ def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str
     return problem
 
 
-def sign_and_post(api: str, demo: dict[str, Any], draft_id: str, approver: str, **kw: Any):
+def sign_and_post(
+    api: httpx.Client, demo: dict[str, Any], draft_id: str, approver: str, **kw: Any
+) -> dict[str, Any]:
     who = demo["tokens"][f"approver_{approver}"]
     body = signed_decision(
         get_draft(api, who, draft_id),
@@ -110,16 +128,16 @@ def sign_and_post(api: str, demo: dict[str, Any], draft_id: str, approver: str, 
         key_file=demo["approvers"][approver]["private_key_file"],
         **kw,
     )
-    response = httpx.post(
-        f"{api}/v1/drafts/{draft_id}/approvals", json=body, headers=bearer(who), timeout=30
-    )
+    response = api.post(f"/v1/drafts/{draft_id}/approvals", json=body, headers=bearer(who))
     assert response.status_code == 201, response.text
-    return response.json()
+    detail: dict[str, Any] = response.json()
+    return detail
 
 
 # --- the queue -------------------------------------------------------------------------------
 
 
+@both_backends
 def test_the_queue_lists_only_the_callers_tenant(api, runtime, demo, door):
     ours = refund(door)["draft_id"]
     with session_scope(runtime.engine) as session:
@@ -145,6 +163,7 @@ def test_the_queue_lists_only_the_callers_tenant(api, runtime, demo, door):
         assert_problem(get(api, token, f"/v1/drafts/{draft_id}"), 404, "DRAFT_UNAVAILABLE")
 
 
+@both_backends
 def test_the_queue_filters_by_status_and_action(api, runtime, demo, door):
     proposed = refund(door, 1_000)["draft_id"]
     approved = refund(door, 1_100)["draft_id"]
@@ -195,6 +214,7 @@ def test_a_queue_line_shows_status_amount_and_approval_progress(api, demo, door)
     assert "600.00" in line["summary"]
 
 
+@both_backends
 def test_cursor_pagination_walks_every_draft_once_newest_first(api, demo, door):
     created = [refund(door, 1_000 + n)["draft_id"] for n in range(7)]
     alice = demo["tokens"]["approver_alice"]
@@ -220,6 +240,7 @@ def test_cursor_pagination_walks_every_draft_once_newest_first(api, demo, door):
     assert listed(api, alice, limit=100)["next_cursor"] is None
 
 
+@both_backends
 def test_a_page_that_ends_exactly_at_the_limit_has_no_next_cursor(api, demo, door):
     for n in range(4):
         refund(door, 2_000 + n)
@@ -230,6 +251,7 @@ def test_a_page_that_ends_exactly_at_the_limit_has_no_next_cursor(api, demo, doo
     assert second["next_cursor"] is None
 
 
+@both_backends
 def test_cursor_pagination_respects_filters(api, demo, door):
     refunds = [refund(door, 3_000 + n)["draft_id"] for n in range(3)]
     call(door, "propose_cancel_order", {"order_id": "ORD-1002", "reason": "duplicate_order"})
@@ -244,40 +266,39 @@ def _b64(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
-@pytest.mark.parametrize(
-    "cursor",
-    [
-        pytest.param("garbage", id="garbage"),
-        pytest.param("!!!!", id="not-base64"),
-        pytest.param(_b64(b"not json"), id="not-json"),
-        pytest.param(_b64(b'{"a": 1}'), id="an-object"),
-        pytest.param(_b64(b"[1, 2]"), id="numbers"),
-        pytest.param(_b64(b"[1, 2, 3]"), id="three-items"),
-        pytest.param(_b64(b'["yesterday", "dft_x"]'), id="not-a-time"),
-        pytest.param(_b64(b"\xff\xfe"), id="not-utf8"),
-        pytest.param(_b64(b'["2026-01-01T00:00:00", "dft_x"]'), id="a-naive-time"),
-        pytest.param("x" * 201, id="too-long"),
-    ],
-)
-def test_a_cursor_the_api_did_not_return_is_400(runtime, demo, door, cursor):
+FOREIGN_CURSORS = {
+    "garbage": "garbage",
+    "not-base64": "!!!!",
+    "not-json": _b64(b"not json"),
+    "an-object": _b64(b'{"a": 1}'),
+    "numbers": _b64(b"[1, 2]"),
+    "three-items": _b64(b"[1, 2, 3]"),
+    "not-a-time": _b64(b'["yesterday", "dft_x"]'),
+    "not-utf8": _b64(b"\xff\xfe"),
+    "a-naive-time": _b64(b'["2026-01-01T00:00:00", "dft_x"]'),
+    "too-long": "x" * 201,
+}
+
+
+def test_a_cursor_the_api_did_not_return_is_400(api, demo, door):
     refund(door)
-    # Its own server, stopped before asserting: should this answer 500, the server thread logs
-    # a traceback, and CPython 3.11's traceback formatting (ast.parse, not thread-safe there)
-    # would race with pytest formatting this test's failure.
-    with serve(create_app(runtime)) as api:
+    for name, cursor in FOREIGN_CURSORS.items():
         response = get(api, demo["tokens"]["approver_alice"], "/v1/drafts", cursor=cursor, limit=2)
-    assert_problem(response, 400, "INVALID_ARGUMENT")
+        assert response.status_code == 400, (name, response.text)
+        assert_problem(response, 400, "INVALID_ARGUMENT")
 
 
-@pytest.mark.parametrize("limit", ["0", "101", "-1", "two", "1.5"])
-def test_a_limit_outside_1_to_100_is_400(api, demo, limit):
-    response = get(api, demo["tokens"]["approver_alice"], "/v1/drafts", limit=limit)
-    assert_problem(response, 400, "INVALID_ARGUMENT")
+def test_a_limit_outside_1_to_100_is_400(api, demo):
+    for limit in ["0", "101", "-1", "two", "1.5"]:
+        response = get(api, demo["tokens"]["approver_alice"], "/v1/drafts", limit=limit)
+        assert response.status_code == 400, (limit, response.text)
+        assert_problem(response, 400, "INVALID_ARGUMENT")
 
 
 # --- one draft in full -------------------------------------------------------------------------
 
 
+@both_backends
 def test_a_draft_shows_its_exact_params_and_their_digest(api, demo, door):
     draft_id = refund(door, 2_500, note="Box arrived crushed", idempotency_key="ticket-1")[
         "draft_id"
@@ -307,6 +328,7 @@ def test_a_draft_shows_its_exact_params_and_their_digest(api, demo, door):
     assert draft["approvals_required"] == 1
 
 
+@both_backends
 def test_a_draft_shows_full_params_to_approvers_while_the_agent_sees_them_masked(api, demo, door):
     proposed = call(
         door, "propose_change_shipping_address", {"order_id": "ORD-1001", "address": ADDRESS}
@@ -360,11 +382,10 @@ def test_the_statement_to_sign_is_what_the_server_accepts(api, runtime, demo, do
     draft_id = refund(door)["draft_id"]
     statement = get_draft(api, demo["tokens"]["approver_alice"], draft_id)["statement_to_sign"]
     key = load_private_key(Path(demo["approvers"]["alice"]["private_key_file"]))
-    response = httpx.post(
-        f"{api}/v1/drafts/{draft_id}/approvals",
+    response = api.post(
+        f"/v1/drafts/{draft_id}/approvals",
         json={"statement": statement, "signature": sign(key, canonical_json(statement))},
         headers=bearer(demo["tokens"]["approver_alice"]),
-        timeout=30,
     )
     assert response.status_code == 201, response.text
     assert response.json()["status"] == "approved"
@@ -479,6 +500,7 @@ def test_an_unknown_or_malformed_draft_id_is_refused_and_audited(
     assert (refused.draft_id, refused.data["error"]["code"]) == (draft_id[:64], code)
 
 
+@both_backends
 def test_reading_a_draft_past_its_expiry_marks_it_expired(api, runtime, demo, door):
     draft_id = refund(door)["draft_id"]
     with session_scope(runtime.engine) as session:
@@ -496,8 +518,13 @@ def test_reading_a_draft_past_its_expiry_marks_it_expired(api, runtime, demo, do
 # --- OpenAPI, executions ------------------------------------------------------------------------
 
 
-def test_openapi_is_served_at_docs(api):
-    docs = httpx.get(f"{api}/docs", timeout=30)
+def test_openapi_is_served_at_docs(runtime):
+    """Over a real uvicorn server: the wiring, not only the app."""
+    with served(create_app(runtime)) as api:
+        docs = api.get("/docs")
+        spec = api.get("/openapi.json")
+    assert spec.status_code == 200
+    assert spec.headers["content-type"] == "application/json"
     assert docs.status_code == 200
     assert "text/html" in docs.headers["content-type"]
     assert "openapi.json" in docs.text
@@ -518,8 +545,8 @@ AUDITOR_ROUTES = {
 }
 
 
-def _openapi_paths(api: str) -> dict[str, set[str]]:
-    spec = httpx.get(f"{api}/openapi.json", timeout=30).json()
+def _openapi_paths(api: httpx.Client) -> dict[str, set[str]]:
+    spec = api.get("/openapi.json").json()
     return {
         path: set(operations)
         for path, operations in spec["paths"].items()
@@ -527,14 +554,15 @@ def _openapi_paths(api: str) -> dict[str, set[str]]:
     }
 
 
-@pytest.mark.parametrize(("path", "methods"), [*APPROVER_ROUTES.items(), *AUDITOR_ROUTES.items()])
-def test_openapi_lists_every_v1_route_of_the_design(api, path, methods):
+def test_openapi_lists_every_v1_route_of_the_design(api):
     """DESIGN.md §9's table, approver and auditor routes alike."""
-    assert methods <= _openapi_paths(api).get(path, set()), f"{path} missing from /openapi.json"
+    documented = _openapi_paths(api)
+    for path, methods in [*APPROVER_ROUTES.items(), *AUDITOR_ROUTES.items()]:
+        assert methods <= documented.get(path, set()), f"{path} missing from /openapi.json"
 
 
 def test_openapi_documents_the_strict_approval_body(api):
-    spec = httpx.get(f"{api}/openapi.json", timeout=30).json()
+    spec = api.get("/openapi.json").json()
     body = spec["paths"]["/v1/drafts/{draft_id}/approvals"]["post"]["requestBody"]
     schema = body["content"]["application/json"]["schema"]
     text = json.dumps(schema)
@@ -550,6 +578,7 @@ def test_an_unknown_execution_is_404(api, runtime, demo):
         assert problem["category"] == "unavailable"
 
 
+@both_backends
 def test_the_queue_does_not_list_a_draft_past_its_expiry_as_proposed(api, runtime, demo, door):
     """decisions.md: expiry is enforced on every read; a draft past expires_at is expired the
     moment anything touches it, so the queue must not offer it as waiting for approval."""

@@ -4,6 +4,13 @@ Every attack is made directly in the database, behind the service's back, and mu
 detected twice: by the server (``GET /v1/audit/verify``) and by the offline verifier
 (``service.audit.offline.verify_export``) over an export downloaded from the API, with the
 checkpoints JSON from ``GET /v1/audit/checkpoints`` and the pinned public key.
+
+The API runs in-process (``httpx.ASGITransport``, tests/support/api_client.py). The attacks
+run on SQLite: how a changed row is judged is decided in Python over the rows read back
+(tests/service/audit/test_chain.py keeps the database-specific tampering on both backends).
+What depends on how the database stores and returns the log (a clean log verifying, the
+signed checkpoint document, truncation and a full rewrite caught by checkpoints) runs on
+SQLite and on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -38,8 +45,7 @@ from service.runtime import build_runtime
 from service.signing import generate_private_key, key_id_for, public_key_b64, sign
 from service.sql import utcnow
 from service.tracing import new_trace_id
-from tests.support.approvals import bearer
-from tests.support.servers import serve
+from tests.support.api_client import bearer, both_backends, in_process, sqlite_unless_parametrised
 
 TENANT = "demo"
 EVENTS = AuditEvent.__table__  # type: ignore[attr-defined]
@@ -58,6 +64,11 @@ def chain_alone(log: Any) -> Verification:
 
 
 @pytest.fixture
+def db_url(request: pytest.FixtureRequest) -> str:
+    return sqlite_unless_parametrised(request)
+
+
+@pytest.fixture
 def settings_overrides(tmp_path: Path) -> dict[str, Any]:
     # The checkpoint key lives outside the state dir and outside the database.
     return {"checkpoint_key_file": tmp_path / "secrets" / "checkpoint-key.pem"}
@@ -69,7 +80,7 @@ class Log:
 
     runtime: Any
     demo: dict[str, Any]
-    api: str
+    api: httpx.Client
     public_key: str  # pinned by the auditor, from `draftgate audit checkpoint-key`
     checkpointed: list[int]  # the seqs of the checkpoints, oldest first
     saved_checkpoints: str  # GET /v1/audit/checkpoints, downloaded before tampering
@@ -106,7 +117,7 @@ def auditor(demo) -> dict[str, str]:
 
 
 def server_verify(log: Log) -> dict[str, Any]:
-    response = httpx.get(f"{log.api}/v1/audit/verify", headers=auditor(log.demo), timeout=60)
+    response = log.api.get("/v1/audit/verify", headers=auditor(log.demo))
     assert response.status_code == 200, response.text
     report: dict[str, Any] = response.json()
     assert set(report) == REPORT_KEYS
@@ -114,13 +125,13 @@ def server_verify(log: Log) -> dict[str, Any]:
 
 
 def download_checkpoints(log: Log) -> str:
-    response = httpx.get(f"{log.api}/v1/audit/checkpoints", headers=auditor(log.demo), timeout=60)
+    response = log.api.get("/v1/audit/checkpoints", headers=auditor(log.demo))
     assert response.status_code == 200, response.text
     return response.text
 
 
 def download_export(log: Log) -> list[str]:
-    response = httpx.get(f"{log.api}/v1/audit/export", headers=auditor(log.demo), timeout=60)
+    response = log.api.get("/v1/audit/export", headers=auditor(log.demo))
     assert response.status_code == 200, response.text
     return response.text.splitlines(keepends=True)
 
@@ -162,7 +173,7 @@ def log(runtime, demo) -> Iterator[Log]:
     public_key = public_key_b64(
         checkpoints.ensure_key(runtime.settings.resolved_checkpoint_key_file())
     )
-    with serve(create_app(runtime)) as api:
+    with in_process(create_app(runtime)) as api:
         log = Log(runtime, demo, api, public_key, checkpointed, "")
         log.saved_checkpoints = download_checkpoints(log)
         yield log
@@ -180,6 +191,7 @@ def assert_detected(report: Any, first_bad_seq: int, *words: str) -> None:
 # --- a clean log ----------------------------------------------------------------------------
 
 
+@both_backends
 def test_a_clean_log_verifies_on_the_server_and_offline_with_every_checkpoint(log):
     events = events_of(log.runtime)
 
@@ -197,6 +209,7 @@ def test_a_clean_log_verifies_on_the_server_and_offline_with_every_checkpoint(lo
     assert offline.events_checked == len(events) + 1  # the export records itself first
 
 
+@both_backends
 def test_the_checkpoints_document_is_signed_as_documented(log):
     document = json.loads(log.saved_checkpoints)
     events = {e.seq: e for e in events_of(log.runtime)}
@@ -268,6 +281,7 @@ def test_swapping_two_events_is_detected_at_the_first_of_them(log):
     assert_detected(offline_verify(log), first)
 
 
+@both_backends
 def test_a_truncated_tail_with_the_head_moved_back_is_caught_only_by_a_checkpoint(log):
     last_checkpoint = log.checkpointed[-1]
     keep = last_checkpoint - 3
@@ -310,6 +324,7 @@ def test_a_truncation_is_caught_offline_with_saved_checkpoints_even_if_they_are_
     assert keep < offline.first_bad_seq <= log.checkpointed[1] <= last_checkpoint
 
 
+@both_backends
 def test_rewriting_the_whole_chain_with_recomputed_hashes_is_caught_by_the_checkpoint(log):
     edited = log.checkpointed[0] + 2  # between the first and the second checkpoint
     events = events_of(log.runtime)
@@ -417,7 +432,7 @@ def test_a_server_configured_with_only_the_public_key_verifies_checkpoints(log, 
     assert not settings.resolved_checkpoint_key_file().exists()
     runtime = build_runtime(settings)
     try:
-        with serve(create_app(runtime)) as api:
+        with in_process(create_app(runtime)) as api:
             report = server_verify(Log(runtime, log.demo, api, log.public_key, [], ""))
     finally:
         runtime.engine.dispose()
@@ -434,7 +449,7 @@ def test_a_server_pinned_to_another_public_key_reports_the_checkpoints(log, tmp_
     )
     runtime = build_runtime(settings)
     try:
-        with serve(create_app(runtime)) as api:
+        with in_process(create_app(runtime)) as api:
             report = server_verify(Log(runtime, log.demo, api, log.public_key, [], ""))
     finally:
         runtime.engine.dispose()
@@ -460,7 +475,7 @@ def test_a_server_without_the_checkpoint_key_does_not_call_a_truncated_log_ok(lo
     assert not settings.resolved_checkpoint_key_file().exists()
     runtime = build_runtime(settings)
     try:
-        with serve(create_app(runtime)) as api:
+        with in_process(create_app(runtime)) as api:
             report = server_verify(Log(runtime, log.demo, api, log.public_key, [], ""))
     finally:
         runtime.engine.dispose()

@@ -79,7 +79,7 @@ def wait_for(dev: Dev, condition: Any, what: str) -> None:
     while not condition():
         assert dev.process.poll() is None, f"draftgate dev exited early:\n{dev.output()}"
         assert time.monotonic() < deadline, f"draftgate dev: no {what}:\n{dev.output()}"
-        time.sleep(0.25)
+        time.sleep(0.05)  # polling the condition, until the deadline
 
 
 @contextmanager
@@ -236,7 +236,7 @@ def approve_and_execute(manifest: dict[str, Any], draft_id: str) -> None:
             assert found["status"] == "succeeded", found
             return
         assert time.monotonic() < deadline, f"the worker never finished: {found}"
-        time.sleep(0.25)
+        time.sleep(0.05)  # polling the condition, until the deadline
 
 
 def reject(manifest: dict[str, Any], draft_id: str) -> None:
@@ -266,7 +266,7 @@ def wait_for_a_checkpoint(manifest: dict[str, Any]) -> str:
         if response.json()["checkpoints"]:
             return response.text
         assert time.monotonic() < deadline, "beat made no checkpoint"
-        time.sleep(0.5)
+        time.sleep(0.1)  # polling the condition, until the deadline
 
 
 # --- what must never appear -----------------------------------------------------------------

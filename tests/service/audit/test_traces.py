@@ -1,9 +1,11 @@
 """``GET /v1/traces/{trace_id}``: one agent interaction, end to end (DESIGN.md §8).
 
 The realistic interaction runs on the whole stack (embedded and PostgreSQL + Redis): an
-agent over real MCP with one ``traceparent``, approvers signing through the API, a real
-Celery worker executing. The trace must tell the same story as the audit log and the
-export, event for event. The diagnosis of each kind of failure is checked on its own.
+agent over real MCP with one ``traceparent``, approvers signing through the real API server,
+a real Celery worker executing. The trace must tell the same story as the audit log and the
+export, event for event. The diagnosis of each kind of failure is checked on its own, against
+the API in-process (``httpx.ASGITransport``) on SQLite: the trace's SQL runs on both backends
+in the stack tests, the diagnosis is computed from its rows.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ import pytest
 from mcp_adapter.tools import ToolDoor
 from service.api.app import create_app
 from service.approvals.schemas import Decision
+from service.config import Settings
 from service.errors import DomainError
 from service.tracing import new_trace_id
-from tests.support.approvals import bearer, get_draft, signed_decision
+from tests.support.api_client import bearer, get_draft, in_process
+from tests.support.approvals import signed_decision
 from tests.support.mcp_client import connect, error_of
-from tests.support.servers import serve
 
 PROBLEM_JSON = "application/problem+json"
 REJECTION = "a refund for this order was already issued by phone"
@@ -42,8 +45,8 @@ def auditor(demo: dict[str, Any]) -> dict[str, str]:
     return bearer(demo["tokens"]["auditor"])
 
 
-def get_trace(api: str, demo: dict[str, Any], trace_id: str) -> dict[str, Any]:
-    response = httpx.get(f"{api}/v1/traces/{trace_id}", headers=auditor(demo), timeout=60)
+def get_trace(api: httpx.Client, demo: dict[str, Any], trace_id: str) -> dict[str, Any]:
+    response = api.get(f"/v1/traces/{trace_id}", headers=auditor(demo))
     assert response.status_code == 200, response.text
     view: dict[str, Any] = response.json()
     assert set(view) == {"trace_id", "drafts", "steps", "diagnosis"}
@@ -51,14 +54,12 @@ def get_trace(api: str, demo: dict[str, Any], trace_id: str) -> dict[str, Any]:
     return view
 
 
-def events(api: str, demo: dict[str, Any], **filters: str) -> list[dict[str, Any]]:
+def events(api: httpx.Client, demo: dict[str, Any], **filters: str) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     cursor = None
     while True:
         params = {**filters, "limit": 7, **({"cursor": cursor} if cursor else {})}
-        response = httpx.get(
-            f"{api}/v1/audit/events", params=params, headers=auditor(demo), timeout=60
-        )
+        response = api.get("/v1/audit/events", params=params, headers=auditor(demo))
         assert response.status_code == 200, response.text
         page = response.json()
         found += page["events"]
@@ -67,16 +68,14 @@ def events(api: str, demo: dict[str, Any], **filters: str) -> list[dict[str, Any
             return found
 
 
-def export(api: str, demo: dict[str, Any], **filters: str) -> list[dict[str, Any]]:
-    response = httpx.get(
-        f"{api}/v1/audit/export", params=filters, headers=auditor(demo), timeout=60
-    )
+def export(api: httpx.Client, demo: dict[str, Any], **filters: str) -> list[dict[str, Any]]:
+    response = api.get("/v1/audit/export", params=filters, headers=auditor(demo))
     assert response.status_code == 200, response.text
     return [json.loads(line) for line in response.text.splitlines()]
 
 
 def decide(
-    api: str,
+    api: httpx.Client,
     demo: dict[str, Any],
     draft_id: str,
     approver: str,
@@ -91,31 +90,25 @@ def decide(
         decision=decision,
         reason=reason,
     )
-    response = httpx.post(
-        f"{api}/v1/drafts/{draft_id}/approvals", json=body, headers=bearer(token), timeout=60
-    )
+    response = api.post(f"/v1/drafts/{draft_id}/approvals", json=body, headers=bearer(token))
     assert response.status_code == 201, response.text
     detail: dict[str, Any] = response.json()
     return detail
 
 
-def execute_and_wait(api: str, demo: dict[str, Any], draft_id: str) -> dict[str, Any]:
-    response = httpx.post(
-        f"{api}/v1/drafts/{draft_id}/execute",
-        headers=bearer(demo["tokens"]["approver_alice"]),
-        timeout=60,
+def execute_and_wait(api: httpx.Client, demo: dict[str, Any], draft_id: str) -> dict[str, Any]:
+    response = api.post(
+        f"/v1/drafts/{draft_id}/execute", headers=bearer(demo["tokens"]["approver_alice"])
     )
     assert response.status_code == 202, response.text
     execution_id = response.json()["execution_id"]
     deadline = time.monotonic() + 90
     while True:
-        found = httpx.get(
-            f"{api}/v1/executions/{execution_id}", headers=auditor(demo), timeout=60
-        ).json()
+        found = api.get(f"/v1/executions/{execution_id}", headers=auditor(demo)).json()
         if found["status"] in ("succeeded", "failed"):
             return dict(found)
         assert time.monotonic() < deadline, f"the worker never finished: {found}"
-        time.sleep(0.2)
+        time.sleep(0.05)  # polling the condition, until the deadline
 
 
 def refund(order_id: str, amount_minor: int, reason: str, **extra: Any) -> dict[str, Any]:
@@ -130,10 +123,36 @@ def refund(order_id: str, amount_minor: int, reason: str, **extra: Any) -> dict[
 # --- the whole interaction, on the whole stack ----------------------------------------------
 
 
+@pytest.fixture(scope="module", params=["embedded", "production"])
+def stack_kind(request: pytest.FixtureRequest) -> str:
+    """Module-scoped, so that pytest runs both stack tests on one kind of stack, then both on
+    the other: each kind's stack (API, MCP server, worker) starts once for the module, not
+    once per test (conftest's ``stack_settings`` is parametrised per test)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def stack_settings(
+    request: pytest.FixtureRequest,
+    stack_kind: str,
+    settings_overrides: dict[str, Any],
+    stack_hosts: Any,
+) -> Settings:
+    """conftest's ``stack_settings``, for the kind ``stack_kind`` names."""
+    return stack_hosts.settings(stack_kind, settings_overrides, request)
+
+
+@pytest.fixture
+def stack_api(stack) -> Iterator[httpx.Client]:
+    """A client of the stack's real API server (one connection pool for the whole test)."""
+    with httpx.Client(base_url=stack.api_url, timeout=60) as client:
+        yield client
+
+
 @pytest.mark.anyio
 @pytest.mark.slow
-async def test_a_trace_tells_the_whole_interaction_as_the_audit_log_does(stack):
-    demo, api = stack.demo, stack.api_url
+async def test_a_trace_tells_the_whole_interaction_as_the_audit_log_does(stack, stack_api):
+    demo, api = stack.demo, stack_api
     order = demo["orders"]["delivered"]
     trace_id, header = traceparent()
     async with connect(stack.mcp_url, demo["tokens"]["agent"], traceparent=header) as agent:
@@ -288,9 +307,14 @@ async def test_a_trace_tells_the_whole_interaction_as_the_audit_log_does(stack):
 
 
 @pytest.fixture
-def api(runtime, demo) -> Iterator[str]:
-    with serve(create_app(runtime)) as url:
-        yield url
+def db_url(sqlite_url: str) -> str:
+    return sqlite_url
+
+
+@pytest.fixture
+def api(runtime, demo) -> Iterator[httpx.Client]:
+    with in_process(create_app(runtime)) as client:
+        yield client
 
 
 @pytest.fixture
@@ -372,8 +396,8 @@ def test_a_rejected_draft_is_diagnosed_human_decision(demo, api, door):
 
 
 @pytest.mark.slow
-def test_an_execution_that_failed_on_a_business_rule_is_diagnosed_business_rule(stack):
-    demo, api = stack.demo, stack.api_url
+def test_an_execution_that_failed_on_a_business_rule_is_diagnosed_business_rule(stack, stack_api):
+    demo, api = stack.demo, stack_api
     door = ToolDoor(stack.runtime, stdio_token=demo["tokens"]["agent"])
     order = demo["orders"]["paid"]
     first_trace, second_trace = new_trace_id(), new_trace_id()
@@ -400,24 +424,21 @@ def test_an_execution_that_failed_on_a_business_rule_is_diagnosed_business_rule(
 # --- unknown traces -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "trace_id",
-    [
-        pytest.param(secrets.token_hex(16), id="well-formed"),
-        pytest.param("not-a-trace", id="not-hex"),
-        pytest.param("f" * 33, id="33-chars"),
-        pytest.param("a" * 64, id="64-chars"),
-    ],
-)
-def test_an_unknown_trace_is_404_trace_unavailable(demo, api, trace_id):
+def test_an_unknown_trace_is_404_trace_unavailable(demo, api):
     """BUG for ids longer than 32 characters: the route builds EventFilter(trace_id=…) whose
     max_length=32 raises a pydantic ValidationError inside the handler → 500."""
-    response = httpx.get(f"{api}/v1/traces/{trace_id}", headers=auditor(demo), timeout=60)
+    for trace_id in (
+        secrets.token_hex(16),  # well-formed
+        "not-a-trace",
+        "f" * 33,
+        "a" * 64,
+    ):
+        response = api.get(f"/v1/traces/{trace_id}", headers=auditor(demo))
 
-    assert response.status_code in (400, 404), response.text
-    assert response.headers["content-type"].split(";")[0] == PROBLEM_JSON
-    if response.status_code == 404:
-        assert response.json()["code"] == "TRACE_UNAVAILABLE"
+        assert response.status_code in (400, 404), (trace_id, response.text)
+        assert response.headers["content-type"].split(";")[0] == PROBLEM_JSON
+        if response.status_code == 404:
+            assert response.json()["code"] == "TRACE_UNAVAILABLE"
 
 
 def test_a_trace_of_another_agents_interaction_is_still_visible_to_the_auditor(demo, api, runtime):
