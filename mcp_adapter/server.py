@@ -73,16 +73,17 @@ def create_http_app(runtime: Runtime) -> ASGIApp:
         custom_starlette_routes=[Route("/healthz", _healthz)],
     )
     # Bodies are bounded in size and depth before the SDK reads them (its own limits answer
-    # in plain text or as a parse error and leave no audit record).
+    # in plain text or as a parse error and leave no audit record). The depth bound only
+    # keeps pathological documents from the parser: arguments a little too deep still reach
+    # the core, whose refusal is a tool error the model can read.
     refuse = refuser(runtime)
     bounded = BodyLimit(
         CredentialAudit(app, runtime),
         max_bytes=settings.max_request_bytes,
-        max_json_depth=settings.max_argument_depth + JSON_RPC_ENVELOPE_DEPTH,
+        max_json_depth=MAX_BODY_DEPTH,
         refuse=refuse,
     )
     return AddressLimit(bounded, limiter=runtime.limiter, refuse=refuse)
 
 
-# {"params": {"arguments": {...}}}: the levels of a tools/call around its arguments.
-JSON_RPC_ENVELOPE_DEPTH = 3
+MAX_BODY_DEPTH = 64

@@ -47,6 +47,10 @@ class RateLimiter:
     def _storage(self) -> storage.Storage:
         return self._limiter.storage
 
+    def reset(self) -> None:
+        """Forget every counter (tests that reuse one process's limiter start afresh)."""
+        self._storage.reset()
+
     def check_address(self, address: str) -> None:
         """Refuse (RATE_LIMITED) once a client address passes its limit in the window."""
         if self._limits.per_address:

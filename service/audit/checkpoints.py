@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -117,19 +118,21 @@ def segment_problem(
     """Why the events after ``since`` (or all of them) do not lead to ``head``, or None."""
     expected_seq = (since.seq if since else 0) + 1
     previous = since.hash if since else GENESIS_HASH
-    for event in session.exec(
+    events = session.exec(
         select(AuditEvent)
         .where(col(AuditEvent.tenant) == head.tenant, col(AuditEvent.seq) >= expected_seq)
         .order_by(col(AuditEvent.seq))
         .execution_options(yield_per=1_000)
-    ):
-        if event.seq != expected_seq:
-            return f"expected seq {expected_seq}, found {event.seq}"
-        if event.prev_hash != previous or event_hash(event) != event.hash:
-            return f"the event at seq {event.seq} does not link to the one before it"
-        expected_seq, previous = expected_seq + 1, event.hash
-        if event.seq == head.seq:
-            break
+    )
+    with closing(events):  # a server-side cursor: released even when the walk stops early
+        for event in events:
+            if event.seq != expected_seq:
+                return f"expected seq {expected_seq}, found {event.seq}"
+            if event.prev_hash != previous or event_hash(event) != event.hash:
+                return f"the event at seq {event.seq} does not link to the one before it"
+            expected_seq, previous = expected_seq + 1, event.hash
+            if event.seq == head.seq:
+                break
     if (expected_seq - 1, previous) != (head.seq, head.hash):
         return f"the chain ends at seq {expected_seq - 1}, but the head records seq {head.seq}"
     return None

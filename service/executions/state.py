@@ -57,6 +57,8 @@ def start_attempt(
     _move(execution, ExecutionStatus.RUNNING, now=now)
     execution.attempts += 1
     execution.lease_expires_at = now + timedelta(seconds=lease_seconds)
+    # If this worker dies, the sweeper may publish again as soon as the lease runs out.
+    execution.republish_at = execution.lease_expires_at
     execution.next_attempt_at = None
     session.add(execution)
     session.add(

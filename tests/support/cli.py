@@ -22,10 +22,12 @@ from typer.testing import CliRunner, Result
 
 from service.cli import app
 from service.config import Settings, get_settings
-from service.db import session_scope
-from service.demo import seed_demo
 from service.runtime import Runtime, build_runtime
-from tests.support.databases import PostgresPool, empty_postgres, empty_sqlite, sqlite_copy
+from tests.support.databases import (
+    PostgresPool,
+    fresh_demo,
+    sqlite_copy,
+)
 from tests.support.servers import serve
 
 BACKENDS = ["sqlite", "postgresql"]
@@ -112,20 +114,10 @@ class ApiHost:
 
     def fresh(self) -> Served:
         self._app.wait_idle()
-        url = self.runtime.settings.resolved_database_url()
-        if url.startswith("sqlite"):
-            empty_sqlite(url)
-        else:
-            empty_postgres(url)
         self.runtime.settings.resolved_checkpoint_key_file().unlink(missing_ok=True)
-        with session_scope(self.runtime.engine) as session:
-            demo = seed_demo(
-                session,
-                tenant="demo",
-                state_dir=self.runtime.settings.state_dir,
-                api_url="http://api.invalid",
-                mcp_url="http://mcp.invalid/mcp",
-            )
+        demo = fresh_demo(
+            self.runtime, api_url="http://api.invalid", mcp_url="http://mcp.invalid/mcp"
+        )
         return Served(self.runtime, demo, self.url)
 
     def close(self) -> None:

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg import sql
 from sqlalchemy import Table
 
-from service.db import make_engine
+from service.db import make_engine, session_scope
+from service.demo import seed_demo
 from service.migrate import upgrade
+from service.runtime import Runtime
 from service.tables import metadata
 from tests.support import services
 
@@ -113,4 +116,23 @@ def _terminate_other_connections(dsn: str) -> None:
         connection.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+
+def fresh_demo(runtime: Runtime, *, api_url: str, mcp_url: str) -> dict[str, Any]:
+    """A shared runtime ready for one more test: its database and rate-limit counters
+    emptied, the demo seeded again; returns the demo manifest."""
+    url = runtime.settings.resolved_database_url()
+    if url.startswith("sqlite"):
+        empty_sqlite(url)
+    else:
+        empty_postgres(url)
+    runtime.limiter.reset()
+    with session_scope(runtime.engine) as session:
+        return seed_demo(
+            session,
+            tenant="demo",
+            state_dir=runtime.settings.state_dir,
+            api_url=api_url,
+            mcp_url=mcp_url,
         )

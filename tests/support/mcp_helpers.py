@@ -27,10 +27,12 @@ from typing import Any
 import pytest
 
 from service.config import Settings
-from service.db import session_scope
-from service.demo import seed_demo
 from service.runtime import Runtime, build_runtime
-from tests.support.databases import PostgresPool, empty_postgres, empty_sqlite, sqlite_copy
+from tests.support.databases import (
+    PostgresPool,
+    fresh_demo,
+    sqlite_copy,
+)
 from tests.support.servers import serve
 
 BACKENDS = ["sqlite", "postgresql"]
@@ -58,19 +60,9 @@ class ModuleHost:
 
     def fresh(self) -> dict[str, Any]:
         """Empty the database and seed the demo again; returns the demo manifest."""
-        url = self.settings.resolved_database_url()
-        if url.startswith("sqlite"):
-            empty_sqlite(url)
-        else:
-            empty_postgres(url)
-        with session_scope(self.runtime.engine) as session:
-            return seed_demo(
-                session,
-                tenant="demo",
-                state_dir=self.settings.state_dir,
-                api_url="http://api.invalid",
-                mcp_url="http://mcp.invalid/mcp",
-            )
+        return fresh_demo(
+            self.runtime, api_url="http://api.invalid", mcp_url="http://mcp.invalid/mcp"
+        )
 
     def close(self) -> None:
         self._servers.close()

@@ -15,10 +15,8 @@ from typing import Any
 import redis
 
 from service.config import Settings
-from service.db import session_scope
-from service.demo import seed_demo
 from service.runtime import Runtime, build_runtime
-from tests.support.databases import empty_postgres, empty_sqlite
+from tests.support.databases import fresh_demo
 from tests.support.servers import serve
 from tests.support.workers import WorkerProcess, start_worker
 
@@ -49,20 +47,9 @@ class StackHost:
 
     def fresh(self) -> Stack:
         """This host's stack for one more test: empty database, fresh demo, a live worker."""
-        url = self.settings.resolved_database_url()
-        if url.startswith("sqlite"):
-            empty_sqlite(url)
-        else:
-            empty_postgres(url)
+        if not self.settings.resolved_database_url().startswith("sqlite"):
             self._purge_queue()
-        with session_scope(self.runtime.engine) as session:
-            demo = seed_demo(
-                session,
-                tenant="demo",
-                state_dir=self.settings.state_dir,
-                api_url=self.api_url,
-                mcp_url=self.mcp_url,
-            )
+        demo = fresh_demo(self.runtime, api_url=self.api_url, mcp_url=self.mcp_url)
         if self.worker is None or not self.worker.alive:
             self.worker = start_worker(self.settings, self.log_dir / "worker.log")
         self.worker.mark()

@@ -74,12 +74,13 @@ def chain_verifies(stack: Any) -> bool:
 
 def make_quiet(engine: Any, execution_id: str, seconds: float = 600) -> None:
     """Nothing happened to the execution for ``seconds``, as if the test had waited that long
-    (the sweeper republishes only what has been quiet for ``republish_after_seconds``)."""
+    (the sweeper republishes only once the backoff since its last publish has passed)."""
+    quiet = utcnow() - timedelta(seconds=seconds)
     with session_scope(engine) as session:
         session.execute(
             update(Execution)
             .where(col(Execution.id) == execution_id)
-            .values(updated_at=utcnow() - timedelta(seconds=seconds))
+            .values(updated_at=quiet, republish_at=quiet)
         )
 
 

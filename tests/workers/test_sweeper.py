@@ -169,7 +169,8 @@ def test_a_queued_execution_whose_message_was_lost_is_republished(stack):
             .where(col(OutboxMessage.execution_id) == execution_id)
             .values(published_at=utcnow(), publish_count=1)
         )
-    set_execution(runtime, execution_id, updated_at=utcnow() - timedelta(seconds=5))
+    quiet = utcnow() - timedelta(seconds=5)  # its publish's backoff has passed
+    set_execution(runtime, execution_id, updated_at=quiet, republish_at=quiet)
 
     report = sweep(runtime, publish)
 
@@ -264,7 +265,8 @@ def test_the_sweeper_republishes_only_what_is_stalled(runtime, demo):
         ids[name] = request_without_publishing(runtime, demo, draft_id)
     with session_scope(runtime.engine) as session:  # every outbox row already went out
         session.execute(update(OutboxMessage).values(published_at=now, publish_count=1))
-    set_execution(runtime, ids["lost_queued"], updated_at=quiet)
+    # "quiet": updated and last published long enough ago for the backoff to have passed
+    set_execution(runtime, ids["lost_queued"], updated_at=quiet, republish_at=quiet)
     set_execution(
         runtime,
         ids["dead_worker"],
@@ -272,6 +274,7 @@ def test_the_sweeper_republishes_only_what_is_stalled(runtime, demo):
         attempts=1,
         lease_expires_at=now - timedelta(seconds=5),
         updated_at=quiet,
+        republish_at=quiet,
     )
     set_execution(
         runtime,
@@ -280,6 +283,7 @@ def test_the_sweeper_republishes_only_what_is_stalled(runtime, demo):
         attempts=1,
         lease_expires_at=now + timedelta(seconds=60),
         updated_at=quiet,
+        republish_at=quiet,
     )
     set_execution(
         runtime,
@@ -287,8 +291,16 @@ def test_the_sweeper_republishes_only_what_is_stalled(runtime, demo):
         attempts=1,
         next_attempt_at=now + timedelta(seconds=60),
         updated_at=quiet,
+        republish_at=quiet,
     )
-    set_execution(runtime, ids["finished"], status="succeeded", updated_at=quiet, finished_at=quiet)
+    set_execution(
+        runtime,
+        ids["finished"],
+        status="succeeded",
+        updated_at=quiet,
+        republish_at=quiet,
+        finished_at=quiet,
+    )
     published: list[tuple[str, list[str]]] = []
 
     report = sweep(runtime, lambda task, args: published.append((task, args)))

@@ -51,7 +51,17 @@ TENANT = "demo"
 EVENTS = AuditEvent.__table__  # type: ignore[attr-defined]
 HEADS = AuditHead.__table__  # type: ignore[attr-defined]
 CHECKPOINTS = AuditCheckpoint.__table__  # type: ignore[attr-defined]
-REPORT_KEYS = {"ok", "events_checked", "head", "first_bad_seq", "problem", "checkpoints_checked"}
+REPORT_KEYS = {
+    "ok",
+    "events_checked",
+    "head",
+    "first_bad_seq",
+    "problem",
+    "checkpoints_checked",
+    "anchored",
+    "anchored_seq",
+    "checkpoint_problem",
+}
 
 
 def chain_alone(log: Any) -> Verification:
