@@ -166,3 +166,17 @@ def rate_limited(scope: str, retry_after: int) -> DomainError:
         f"Too many requests {scope}; retry in {retry_after} s.",
         details={"retry_after_seconds": retry_after},
     )
+
+
+ROUTE_NOT_FOUND = ErrorCode(
+    "ROUTE_NOT_FOUND",
+    Category.UNAVAILABLE,
+    "The HTTP API serves nothing at this path (HTTP 404).",
+    "Check the path against the OpenAPI document at /openapi.json.",
+)
+METHOD_NOT_ALLOWED = ErrorCode(
+    "METHOD_NOT_ALLOWED",
+    Category.INVALID_ARGUMENT,
+    "The path exists but not with this HTTP method (HTTP 405, with Allow).",
+    "Use one of the methods in the Allow header.",
+)

@@ -17,7 +17,7 @@ from typing import Annotated, Any, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, model_validator
 
 from service.errors import invalid_argument
-from service.text import first_unsafe
+from service.text import first_unsafe, inert
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -95,10 +95,15 @@ def load_json(raw: bytes, *, max_bytes: int, max_depth: int) -> Any:
             details={"max_bytes": max_bytes},
         )
     try:
-        value = json.loads(raw)
+        value = json.loads(raw, object_pairs_hook=_unique_members)
     except RecursionError:
         value = None
         depth_exceeded = True
+    except _DuplicateMember as duplicate:
+        raise invalid_argument(
+            f"The body names the member {duplicate.name!r} more than once.",
+            details={"duplicate_member": duplicate.name},
+        ) from None
     except (ValueError, UnicodeDecodeError):
         raise invalid_argument("The body is not valid JSON.") from None
     else:
@@ -109,6 +114,23 @@ def load_json(raw: bytes, *, max_bytes: int, max_depth: int) -> Any:
             details={"max_depth": max_depth},
         )
     return value
+
+
+class _DuplicateMember(ValueError):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = inert(name[:MAX_LOCATION])
+
+
+def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object, refused if a name repeats: parsers disagree on which value wins (RFC 7493
+    §2.3), so a body could say one thing to the server and another to whoever reviews it."""
+    members: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in members:
+            raise _DuplicateMember(name)
+        members[name] = value
+    return members
 
 
 def _depth(value: Any, *, limit: int) -> int:

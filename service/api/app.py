@@ -49,7 +49,8 @@ def create_app(runtime: Runtime | None = None, *, publisher: Publisher | None = 
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
-    """FastAPI's schema, minus the 422 it documents but draftgate never sends.
+    """FastAPI's schema, minus the 422 it documents but draftgate never sends, and minus
+    ``null`` in parameters (a query string cannot say null; an optional one is left out).
 
     Request validation answers 400 problem+json (service.api.errors), which every
     route declares; FastAPI adds a 422 ``HTTPValidationError`` to each route anyway.
@@ -64,6 +65,8 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     )
     for path in schema.get("paths", {}).values():
         for operation in path.values():
+            for parameter in operation.get("parameters", []):
+                _drop_null(parameter.get("schema", {}))
             responses = operation.get("responses", {})
             responses.pop("422", None)
             for status, response in responses.items():
@@ -75,3 +78,11 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         components.pop(name, None)
     app.openapi_schema = schema
     return schema
+
+
+def _drop_null(schema: dict[str, Any]) -> None:
+    """``anyOf: [X, {type: null}]`` becomes X, keeping the parameter's own title and notes."""
+    branches = [b for b in schema.get("anyOf", []) if b.get("type") != "null"]
+    if "anyOf" in schema and len(branches) == 1:
+        del schema["anyOf"]
+        schema.update(branches[0])

@@ -6,14 +6,24 @@ from functools import partial
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Message, Scope, Send
 
 from service.api.deps import authenticate, record_refusal
-from service.errors import RATE_LIMITED, REQUEST_TOO_LARGE, Category, DomainError, invalid_argument
+from service.errors import (
+    METHOD_NOT_ALLOWED,
+    RATE_LIMITED,
+    REQUEST_TOO_LARGE,
+    ROUTE_NOT_FOUND,
+    Category,
+    DomainError,
+    invalid_argument,
+)
 from service.guards import client_address
 from service.tokens.authentication import record_refused
 from service.tracing import trace_id_from
@@ -73,7 +83,11 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 
 # Codes whose HTTP status is more specific than their category's.
-STATUS_BY_CODE = {REQUEST_TOO_LARGE.code: 413, RATE_LIMITED.code: 429}
+STATUS_BY_CODE = {
+    REQUEST_TOO_LARGE.code: 413,
+    RATE_LIMITED.code: 429,
+    METHOD_NOT_ALLOWED.code: 405,
+}
 
 
 def problem_response(error: DomainError, *, instance: str | None = None) -> JSONResponse:
@@ -110,8 +124,25 @@ def install_error_handlers(app: FastAPI) -> None:
         outcome = await run_in_threadpool(_audit_invalid_request, request, refusal)
         return problem_response(outcome, instance=request.url.path)
 
+    async def on_unrouted(request: Request, error: Exception) -> Response:
+        """Starlette's own 404/405 (no route, or not with this method), in the same shape."""
+        assert isinstance(error, StarletteHTTPException)
+        if error.status_code == 405:
+            response = problem_response(
+                METHOD_NOT_ALLOWED(f"{request.method} is not served at this path."),
+                instance=request.url.path,
+            )
+            response.headers.update(error.headers or {})  # Allow: the methods that are
+            return response
+        if error.status_code == 404:
+            return problem_response(
+                ROUTE_NOT_FOUND("Nothing is served at this path."), instance=request.url.path
+            )
+        return await http_exception_handler(request, error)  # none is raised today
+
     app.add_exception_handler(DomainError, on_domain_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, on_unrouted)
 
 
 async def refuse_request(scope: Scope, send: Send, error: DomainError) -> None:

@@ -1,0 +1,1269 @@
+"""Security issue: the attack matrix. Every route the API serves, asked by every kind of
+caller of the own and of a foreign tenant, answers what DESIGN.md §7 and §9 say; and forged or
+replayed approvals are refused, audited, and leave nothing that could be executed.
+
+Part 1, the matrix. The routes are read from the app itself (``create_app(...).routes``, and
+the OpenAPI document must agree), so a route added without an expectation here fails
+``test_the_matrix_covers_every_route_the_app_serves``. Callers: no token, an unknown token, a
+revoked token (of the role the route would accept), the agent, an approver, an auditor and
+an admin. Tenants: a caller of "demo" asks for demo's objects (own); a caller of "acme" asks
+for demo's objects (foreign), and must get exactly what a missing object gets (same status,
+same problem body but its ``instance``, same refusal event), so nothing tells it that the
+object exists. Callers without a tenant (no or an unknown token) ask for demo's objects in
+the "demo" column and for acme's in the "acme" column. Collections (the queue, the audit log)
+answer a foreign caller with its own tenant's data only. Every refusal is audited exactly
+once (``auth.refused`` for credentials, ``<route name>.refused`` for the rest, DESIGN.md §8,
+docs/decisions.md "HTTP API") and changes nothing: no approval, no execution, no outbox
+row, no draft status or revision.
+
+Part 2, forged and replayed approvals (DESIGN.md §4, docs/approvals.md): each variant is
+refused with the status and code the documented rules give, leaves exactly one
+``approval.refused`` event with that code, records no approval, changes no draft, and
+execution of the draft is refused afterwards; where the draft is still open, a legitimate
+decision is accepted afterwards, so the refusal was the forgery's and not the draft's.
+
+SQLite only (what is checked here does not depend on the backend), except the one race where
+the database's locking decides: the same valid approval sent many times at once, on
+PostgreSQL. Bounded for CI; ``DRAFTGATE_ATTACK_FULL=1`` flips every one of the 512 bits of a
+signature instead of four of them:
+
+    DRAFTGATE_ATTACK_FULL=1 .venv/bin/pytest -p no:cacheprovider -q \
+        tests/security/test_attack_matrix.py
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import secrets
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.routing import APIRoute
+
+from service.api.app import create_app
+from service.approvals.schemas import Decision
+from service.audit.models import AuditEvent
+from service.canonical import canonical_json
+from service.sql import utcnow
+from service.tracing import new_trace_id
+from tests.security.attack_support import (
+    ACME,
+    DEMO,
+    NO_RATE_LIMITS,
+    PROBLEM_JSON,
+    TENANTS,
+    TWO_APPROVER_ORDER,
+    Attempt,
+    Caller,
+    Lab,
+    State,
+    World,
+    api_client,
+    escaped_json,
+    flip_bit,
+    missing_draft_id,
+    missing_execution_id,
+    module_world,
+    padding_bits_set,
+    refused_with,
+    s_plus_l,
+    signed_body,
+    signed_by,
+)
+from tests.support.api_client import in_process, sqlite_unless_parametrised
+
+ROLES = ("none", "unknown", "revoked", "agent", "approver", "auditor", "admin")
+TENANTLESS = frozenset({"none", "unknown"})
+UNAUTHENTICATED_ROLES = frozenset({"none", "unknown", "revoked"})
+APPROVER, AUDITOR, REVIEWER = (
+    frozenset({"approver"}),
+    frozenset({"auditor"}),
+    frozenset({"approver", "auditor"}),
+)
+
+
+@pytest.fixture
+def db_url(request: pytest.FixtureRequest) -> str:
+    return sqlite_unless_parametrised(request)
+
+
+@pytest.fixture
+def settings_overrides() -> dict[str, Any]:
+    return dict(NO_RATE_LIMITS)
+
+
+# --- part 1: the expectation table (DESIGN.md §9) ------------------------------------------
+
+
+@dataclass(frozen=True)
+class Public:
+    """Served to anyone, with or without credentials: nothing is authenticated or audited."""
+
+    name: str
+    probe: bool = False  # readiness: 200 or 503 as its checks say, the same for every caller
+
+
+@dataclass(frozen=True)
+class Guarded:
+    """A bearer-token route: who may call it, and what a caller of another tenant gets."""
+
+    name: str  # the route name, under which refusals are audited (``<name>.refused``)
+    allowed: frozenset[str]
+    ok: int
+    target: str | None = None  # the object in the path; None for a tenant-scoped collection
+    missing: str | None = None  # the code of a missing object (404 unavailable)
+
+
+DOCS = Public("openapi"), Public("swagger_ui_html"), Public("swagger_ui_redirect")
+EXPECTED: dict[tuple[str, str], Public | Guarded] = {
+    ("GET", "/healthz"): Public("healthz"),
+    ("GET", "/readyz"): Public("readyz", probe=True),
+    ("GET", "/openapi.json"): DOCS[0],
+    ("HEAD", "/openapi.json"): DOCS[0],
+    ("GET", "/docs"): DOCS[1],
+    ("HEAD", "/docs"): DOCS[1],
+    ("GET", "/docs/oauth2-redirect"): DOCS[2],
+    ("HEAD", "/docs/oauth2-redirect"): DOCS[2],
+    ("GET", "/redoc"): Public("redoc_html"),
+    ("HEAD", "/redoc"): Public("redoc_html"),
+    ("GET", "/v1/drafts"): Guarded("drafts.list", REVIEWER, 200),
+    ("GET", "/v1/drafts/{draft_id}"): Guarded(
+        "drafts.read", REVIEWER, 200, "draft", "DRAFT_UNAVAILABLE"
+    ),
+    ("POST", "/v1/drafts/{draft_id}/approvals"): Guarded(
+        "approval", APPROVER, 201, "approvable", "DRAFT_UNAVAILABLE"
+    ),
+    ("POST", "/v1/drafts/{draft_id}/execute"): Guarded(
+        "execution", APPROVER, 202, "executable", "DRAFT_UNAVAILABLE"
+    ),
+    ("GET", "/v1/executions/{execution_id}"): Guarded(
+        "execution.read", REVIEWER, 200, "execution", "EXECUTION_UNAVAILABLE"
+    ),
+    ("GET", "/v1/audit/events"): Guarded("audit.query", AUDITOR, 200),
+    ("GET", "/v1/audit/export"): Guarded("audit.export", AUDITOR, 200),
+    ("GET", "/v1/audit/verify"): Guarded("audit.verify", AUDITOR, 200),
+    ("GET", "/v1/audit/checkpoints"): Guarded("audit.checkpoints", AUDITOR, 200),
+    ("GET", "/v1/traces/{trace_id}"): Guarded("trace", AUDITOR, 200, "trace", "TRACE_UNAVAILABLE"),
+}
+
+
+def served_operations(app: Any) -> dict[tuple[str, str], str]:
+    """(method, path) -> route name of everything the app routes, included routers too."""
+    from fastapi import routing
+
+    contexts = getattr(routing, "iter_route_contexts", None)
+    routes = list(contexts(app.routes)) if contexts else list(app.routes)
+    operations = {}
+    for route in routes:
+        path, methods = getattr(route, "path", None), getattr(route, "methods", None)
+        assert path is not None, f"a route the matrix cannot read: {route!r}"
+        assert methods, f"a route the matrix cannot read: {route!r}"
+        for method in methods:
+            operations[(method, path)] = str(route.name)
+    return operations
+
+
+def test_the_matrix_covers_every_route_the_app_serves(runtime):
+    app = create_app(runtime, publisher=lambda task, args: None)
+    served_ops = served_operations(app)
+
+    uncovered = sorted(set(served_ops) - set(EXPECTED))
+    stale = sorted(set(EXPECTED) - set(served_ops))
+    assert not uncovered, f"routes the attack matrix has no expectation for: {uncovered}"
+    assert not stale, f"expectations for routes the app no longer serves: {stale}"
+    renamed = {op: name for op, name in served_ops.items() if EXPECTED[op].name != name}
+    assert not renamed, f"routes whose name (and so refusal event) changed: {renamed}"
+    documented = {
+        (method.upper(), path)
+        for path, operations in app.openapi()["paths"].items()
+        for method in operations
+    }
+    api_routes = {op for op, name in served_ops.items() if isinstance(EXPECTED[op], Guarded)}
+    assert api_routes <= documented, "every /v1 route is in the OpenAPI document"
+    assert documented <= set(served_ops), "the OpenAPI document lists only served routes"
+    assert all(isinstance(r, APIRoute) for r in _api_routes(app)), "the /v1 routes are FastAPI's"
+
+
+def _api_routes(app: Any) -> list[Any]:
+    from fastapi import routing
+
+    contexts = getattr(routing, "iter_route_contexts", None)
+    routes = [getattr(r, "original_route", r) for r in (contexts(app.routes) if contexts else [])]
+    return [r for r in routes if str(getattr(r, "path", "")).startswith("/v1")]
+
+
+# --- part 1: the matrix --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reads:
+    """The objects of a tenant that read-only cells share: a draft, its trace, an execution."""
+
+    draft_id: str
+    trace_id: str
+    execution_id: str
+
+
+@dataclass
+class Cell:
+    method: str
+    path: str
+    expectation: Public | Guarded
+    role: str
+    tenant: str
+    caller: Caller
+    target_tenant: str
+    target: str | None = None
+    url: str = ""
+    body: Any = None
+    missing_url: str = ""
+    missing_body: Any = None
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path} as {self.role}@{self.tenant}"
+
+
+def reads_of(world: World, tenant: str) -> Reads:
+    trace_id = new_trace_id()
+    draft_id = world.propose(tenant, trace_id=trace_id)["draft_id"]
+    executed = world.approved_draft(tenant)
+    return Reads(draft_id, trace_id, world.execution_of(tenant, executed))
+
+
+@pytest.fixture
+def world(runtime, demo, tmp_path) -> World:
+    return World(runtime, demo, tmp_path / "keys")
+
+
+def test_every_route_answers_every_caller_and_tenant_as_the_design_says(runtime, world):
+    reads = {tenant: reads_of(world, tenant) for tenant in TENANTS}
+    app = create_app(runtime, publisher=lambda task, args: None)
+    problems: list[str] = []
+    cells = 0
+    with api_client(runtime) as api:
+        anonymous_ready = api.get("/readyz")
+        assert anonymous_ready.status_code in (200, 503), anonymous_ready.text
+        for (method, path), name in sorted(served_operations(app).items()):
+            expectation = EXPECTED.get((method, path))
+            if expectation is None:
+                problems.append(f"{method} {path} ({name}): not in the matrix")
+                continue
+            for role in ROLES:
+                for tenant in TENANTS:
+                    cell = _cell(world, reads, method, path, expectation, role, tenant)
+                    cells += 1
+                    try:
+                        _check(world, api, cell, anonymous_ready)
+                    except AssertionError as failure:
+                        problems.append(f"{cell}: {failure}")
+    assert cells == len(EXPECTED) * len(ROLES) * len(TENANTS)
+    assert not problems, f"{len(problems)} of {cells} cells disagree:\n" + "\n".join(problems)
+
+
+def _cell(
+    world: World,
+    reads: dict[str, Reads],
+    method: str,
+    path: str,
+    expectation: Public | Guarded,
+    role: str,
+    tenant: str,
+) -> Cell:
+    revoked_role = "approver" if getattr(expectation, "allowed", APPROVER) & APPROVER else "auditor"
+    caller = world.caller(role, tenant, revoked_role=revoked_role)
+    target_tenant = tenant if role in TENANTLESS else DEMO
+    cell = Cell(method, path, expectation, role, tenant, caller, target_tenant, url=path)
+    if not isinstance(expectation, Guarded) or expectation.target is None:
+        return cell
+    kind, of = expectation.target, reads[target_tenant]
+    cell.target = {
+        "draft": lambda: of.draft_id,
+        "approvable": lambda: world.propose(target_tenant)["draft_id"],
+        "executable": lambda: world.approved_draft(target_tenant),
+        "execution": lambda: of.execution_id,
+        "trace": lambda: of.trace_id,
+    }[kind]()
+    missing = {"execution": missing_execution_id, "trace": new_trace_id}.get(
+        kind, missing_draft_id
+    )()
+    param = path[path.index("{") + 1 : path.index("}")]
+    cell.url = path.replace("{" + param + "}", cell.target)
+    cell.missing_url = path.replace("{" + param + "}", missing)
+    if kind == "approvable":
+        cell.body, cell.missing_body = _approval_bodies(world, cell, missing)
+    return cell
+
+
+def _approval_bodies(world: World, cell: Cell, missing: str) -> tuple[Any, Any]:
+    """An approver signs in their own name and tenant; anyone else presents a valid approval
+    of the target tenant's approver (a stolen body)."""
+    assert cell.target is not None
+    fields = world.draft_fields(cell.target)
+    signer = cell.caller
+    if cell.role == "approver":
+        fields["tenant"] = cell.caller.tenant
+    else:
+        signer = world.tenants[cell.target_tenant].callers["approver"]
+    return signed_body(signer, fields), signed_body(signer, {**fields, "draft_id": missing})
+
+
+def _send(api: httpx.Client, cell: Cell, url: str, body: Any) -> httpx.Response:
+    return api.request(cell.method, url, json=body, headers=cell.caller.headers)
+
+
+def _check(world: World, api: httpx.Client, cell: Cell, anonymous_ready: httpx.Response) -> None:
+    before = world.state()
+    response = _send(api, cell, cell.url, cell.body)
+    after, events = world.state(), world.events_since(before)
+    expectation = cell.expectation
+    if isinstance(expectation, Public):
+        _check_public(cell, expectation, response, anonymous_ready)
+        assert not events, f"a public route audited {[e.type for e in events]}"
+        assert after.effects == before.effects, "a public route changed something"
+        return
+    refused = _refusal_expected(cell, expectation)
+    if refused is None:
+        _check_allowed(world, cell, expectation, response, before, after, events)
+        return
+    _check_refused(cell, response, refused, before, after, events)
+    if expectation.target is not None:  # a real object refuses exactly like a missing one
+        before = world.state()
+        twin = _send(api, cell, cell.missing_url, cell.missing_body)
+        twin_events = world.events_since(before)
+        _check_refused(cell, twin, refused, before, world.state(), twin_events)
+        assert _problem_without_instance(twin) == _problem_without_instance(response), (
+            f"the answer differs from a missing object's: {response.text} vs {twin.text}"
+        )
+        assert _shape(twin_events) == _shape(events)
+
+
+def _check_public(
+    cell: Cell, expectation: Public, response: httpx.Response, anonymous: httpx.Response
+) -> None:
+    if expectation.probe:
+        assert (response.status_code, response.json()) == (
+            anonymous.status_code,
+            anonymous.json(),
+        ), f"readiness depends on the caller: {response.status_code} {response.text}"
+        return
+    assert response.status_code == 200, f"{response.status_code} {response.text[:200]}"
+    assert "www-authenticate" not in response.headers
+
+
+@dataclass(frozen=True)
+class Refusal:
+    status: int
+    code: str
+    event: str
+    tenant: str  # whose chain records it
+    actor: str
+
+
+def _refusal_expected(cell: Cell, expectation: Guarded) -> Refusal | None:
+    """What the design says this cell must be refused with, or None if it must be served."""
+    if cell.role in UNAUTHENTICATED_ROLES:  # refused credentials: the default tenant's chain
+        return Refusal(401, "UNAUTHENTICATED", "auth.refused", DEMO, "anonymous")
+    assert cell.caller.tenant is not None
+    refusal = f"{expectation.name}.refused"
+    if cell.role not in expectation.allowed:
+        return Refusal(403, "PERMISSION_DENIED", refusal, cell.caller.tenant, cell.caller.actor)
+    if cell.caller.tenant != cell.target_tenant and expectation.missing is not None:
+        return Refusal(404, expectation.missing, refusal, cell.caller.tenant, cell.caller.actor)
+    return None
+
+
+def _check_refused(
+    cell: Cell,
+    response: httpx.Response,
+    refusal: Refusal,
+    before: State,
+    after: State,
+    events: list[AuditEvent],
+) -> None:
+    assert response.status_code == refusal.status, f"{response.status_code} {response.text}"
+    assert response.headers["content-type"].startswith(PROBLEM_JSON)
+    problem = response.json()
+    assert (problem["code"], problem["status"]) == (refusal.code, refusal.status), problem
+    if refusal.status == 401:
+        assert response.headers.get("www-authenticate") == "Bearer"
+    assert after.effects == before.effects, f"a refused request changed: {_diff(before, after)}"
+    assert [e.type for e in events] == [refusal.event], (
+        f"expected exactly one {refusal.event}, got {[(e.tenant, e.type) for e in events]}"
+    )
+    [event] = events
+    assert (event.tenant, event.actor) == (refusal.tenant, refusal.actor)
+    if refusal.event == "auth.refused":
+        assert event.data["door"] == "http"
+        if cell.caller.token:
+            assert cell.caller.token not in json.dumps(event.data)
+    else:
+        assert event.data["error"]["code"] == refusal.code
+
+
+def _check_allowed(
+    world: World,
+    cell: Cell,
+    expectation: Guarded,
+    response: httpx.Response,
+    before: State,
+    after: State,
+    events: list[AuditEvent],
+) -> None:
+    assert response.status_code == expectation.ok, f"{response.status_code} {response.text}"
+    refusals = [e.type for e in events if e.type.endswith(".refused")]
+    assert not refusals, f"an answered request audited refusals: {refusals}"
+    assert after.drafts.keys() == before.drafts.keys(), "a draft appeared or vanished"
+    changed = {d for d in after.drafts if after.drafts[d] != before.drafts[d]}
+    new_approvals, new_executions = (
+        after.approvals - before.approvals,
+        after.executions - before.executions,
+    )
+    expected_change = {"approval": "approved", "execution": "queued"}.get(expectation.name)
+    if expected_change is None:
+        assert not changed, _diff(before, after)
+        assert not new_approvals, _diff(before, after)
+        assert not new_executions, _diff(before, after)
+    else:
+        assert changed == {cell.target}, f"drafts changed: {changed}"
+        assert after.drafts[str(cell.target)][0] == expected_change
+        assert len(new_approvals | new_executions) == 1, _diff(before, after)
+    SUCCESS[expectation.name](world, cell, response, before)
+
+
+def _ok_queue(world: World, cell: Cell, response: httpx.Response, before: State) -> None:
+    ids = [draft["draft_id"] for draft in response.json()["drafts"]]
+    assert ids, "the queue is empty"
+    assert world.tenant_of_drafts(ids) == {cell.caller.tenant}, "another tenant's draft listed"
+
+
+def _ok_draft(world: World, cell: Cell, response: httpx.Response, before: State) -> None:
+    draft = response.json()
+    assert (draft["draft_id"], draft["tenant"]) == (cell.target, cell.caller.tenant)
+    assert (draft["statement_to_sign"] is not None) == (cell.role == "approver")
+
+
+def _ok_approval(world: World, cell: Cell, response: httpx.Response, before: State) -> None:
+    assert response.json()["status"] == "approved"
+
+
+def _ok_execution(world: World, cell: Cell, response: httpx.Response, before: State) -> None:
+    accepted = response.json()
+    assert accepted["status"] == "queued"
+    assert world.state().executions - before.executions == {accepted["execution_id"]}
+
+
+def _ok_execution_read(world: World, cell: Cell, response: httpx.Response, before: State) -> None:
+    assert response.json()["execution_id"] == cell.target
+
+
+def _ok_events(world: World, cell: Cell, response: httpx.Response, before: State) -> None:
+    tenants = {event["tenant"] for event in response.json()["events"]}
+    assert tenants == {cell.caller.tenant}, f"events of {tenants}"
+
+
+def _ok_export(world: World, cell: Cell, response: httpx.Response, before: State) -> None:
+    assert response.headers["content-type"].split(";")[0] == "application/x-ndjson"
+    lines = [json.loads(line) for line in response.text.splitlines()]
+    assert {line["tenant"] for line in lines} == {cell.caller.tenant}
+
+
+def _ok_verify(world: World, cell: Cell, response: httpx.Response, before: State) -> None:
+    report = response.json()
+    assert report["ok"] is True, report
+    assert report["head"]["seq"] == before.heads[str(cell.caller.tenant)], report
+
+
+def _ok_checkpoints(world: World, cell: Cell, response: httpx.Response, before: State) -> None:
+    assert response.json()["tenant"] == cell.caller.tenant
+
+
+def _ok_trace(world: World, cell: Cell, response: httpx.Response, before: State) -> None:
+    trace = response.json()
+    assert trace["trace_id"] == cell.target
+    assert trace["drafts"], "the trace names no draft"
+    assert world.tenant_of_drafts([d["draft_id"] for d in trace["drafts"]]) == {cell.tenant}
+
+
+SUCCESS: dict[str, Callable[[World, Cell, httpx.Response, State], None]] = {
+    "drafts.list": _ok_queue,
+    "drafts.read": _ok_draft,
+    "approval": _ok_approval,
+    "execution": _ok_execution,
+    "execution.read": _ok_execution_read,
+    "audit.query": _ok_events,
+    "audit.export": _ok_export,
+    "audit.verify": _ok_verify,
+    "audit.checkpoints": _ok_checkpoints,
+    "trace": _ok_trace,
+}
+
+
+def _problem_without_instance(response: httpx.Response) -> tuple[int, dict[str, Any]]:
+    body = dict(response.json())
+    body.pop("instance", None)
+    return response.status_code, body
+
+
+def _shape(events: list[AuditEvent]) -> list[tuple[str, str, str, Any]]:
+    return [(e.tenant, e.type, e.actor, (e.data.get("error") or {}).get("code")) for e in events]
+
+
+def _diff(before: State, after: State) -> str:
+    drafts = {
+        d: (before.drafts.get(d), after.drafts.get(d))
+        for d in set(before.drafts) | set(after.drafts)
+        if before.drafts.get(d) != after.drafts.get(d)
+    }
+    return (
+        f"drafts {drafts}, approvals +{sorted(after.approvals - before.approvals)}, "
+        f"executions +{sorted(after.executions - before.executions)}, "
+        f"outbox {before.outbox}->{after.outbox}"
+    )
+
+
+# --- part 2: forged and replayed approvals ---------------------------------------------------
+
+FULL = os.environ.get("DRAFTGATE_ATTACK_FULL") == "1"
+VARIANTS: dict[str, Callable[[Lab], Attempt]] = {}
+
+
+def variant(name: str) -> Callable[[Callable[[Lab], Attempt]], Callable[[Lab], Attempt]]:
+    def register(build: Callable[[Lab], Attempt]) -> Callable[[Lab], Attempt]:
+        assert name not in VARIANTS, name
+        VARIANTS[name] = build
+        return build
+
+    return register
+
+
+def later(lab: Lab, signer: Caller, draft_id: str) -> Callable[[], httpx.Response]:
+    """The legitimate decision that must still be accepted after the refusal."""
+    return lambda: lab.decide(signer, draft_id)
+
+
+def by_alice(lab: Lab, draft_id: str, body: Any, *codes: str, raw: bytes | None = None) -> Attempt:
+    """Alice's token presents ``body`` on an open draft she may still approve afterwards."""
+    return Attempt(
+        draft_id,
+        lab.alice,
+        refused_with(*codes),
+        body,
+        raw=raw,
+        control=later(lab, lab.alice, draft_id),
+    )
+
+
+# --- replays of signatures that were valid somewhere ---
+
+
+@variant("replay/an-accepted-approval-on-another-draft")
+def _(lab: Lab) -> Attempt:
+    used, target = lab.draft(), lab.draft()
+    return by_alice(lab, target, lab.accepted(lab.alice, used), "STATEMENT_MISMATCH")
+
+
+@variant("replay/an-accepted-approval-on-another-draft-its-draft-id-edited")
+def _(lab: Lab) -> Attempt:
+    used, target = lab.draft(), lab.draft()
+    body = copy.deepcopy(lab.accepted(lab.alice, used))
+    body["statement"]["draft_id"] = target
+    return by_alice(lab, target, body, "SIGNATURE_INVALID", "STATEMENT_MISMATCH")
+
+
+@variant("replay/an-accepted-approval-on-the-next-revision")
+def _(lab: Lab) -> Attempt:
+    draft_id = lab.draft(approvers=2)
+    body = lab.accepted(lab.alice, draft_id)  # 1 of 2: the draft stays open to revision
+    assert lab.world.revise(DEMO, draft_id, order=TWO_APPROVER_ORDER)["revision"] == 2
+    return by_alice(lab, draft_id, body, "STALE_REVISION")  # alice may sign revision 2
+
+
+@variant("replay/an-accepted-approval-on-the-next-revision-its-revision-edited")
+def _(lab: Lab) -> Attempt:
+    draft_id = lab.draft(approvers=2)
+    body = copy.deepcopy(lab.accepted(lab.alice, draft_id))
+    lab.world.revise(DEMO, draft_id, order=TWO_APPROVER_ORDER)
+    body["statement"]["revision"] = 2
+    return by_alice(lab, draft_id, body, "SIGNATURE_INVALID", "STATEMENT_MISMATCH")
+
+
+@variant("replay/an-approval-signed-before-a-rejection")
+def _(lab: Lab) -> Attempt:
+    draft_id = lab.draft()
+    body = lab.body(lab.alice, draft_id)
+    lab.accepted(lab.bob, draft_id, decision=Decision.REJECT, reason="duplicate")
+    refused = refused_with("DRAFT_NOT_OPEN")
+    return Attempt(draft_id, lab.alice, refused, body, execute_code="DRAFT_REJECTED")
+
+
+@variant("replay/the-rejection-itself")
+def _(lab: Lab) -> Attempt:
+    draft_id = lab.draft()
+    body = lab.accepted(lab.bob, draft_id, decision=Decision.REJECT, reason="duplicate")
+    refused = refused_with("DRAFT_NOT_OPEN", "ALREADY_SIGNED")
+    return Attempt(draft_id, lab.bob, refused, body, execute_code="DRAFT_REJECTED")
+
+
+def _second_decision(lab: Lab, *, same_body: bool, **kwargs: Any) -> Attempt:
+    draft_id = lab.draft(approvers=2)
+    first = lab.accepted(lab.alice, draft_id)
+    body = first if same_body else lab.body(lab.alice, draft_id, **kwargs)
+    return Attempt(
+        draft_id,
+        lab.alice,
+        refused_with("ALREADY_SIGNED"),
+        body,
+        control=later(lab, lab.bob, draft_id),  # the second approver still can
+    )
+
+
+variant("replay/the-same-approval-twice")(lambda lab: _second_decision(lab, same_body=True))
+variant("replay/approving-twice-with-a-fresh-signature")(
+    lambda lab: _second_decision(lab, same_body=False)
+)
+variant("replay/rejecting-what-one-approved")(
+    lambda lab: _second_decision(lab, same_body=False, decision=Decision.REJECT, reason="no")
+)
+
+
+def _like_a_missing_draft(lab: Lab, attempt: Attempt, missing: str, twin_body: Any) -> Attempt:
+    """A foreign caller must get exactly what the same request for a missing draft gets."""
+    twin = lab.post(attempt.caller, missing, twin_body)
+    answer = (twin.status_code, twin.json()["code"])
+    assert answer in attempt.refused, twin.text
+    attempt.refused = frozenset({answer})
+    return attempt
+
+
+@variant("cross-tenant/demo-alices-approval-presented-by-acmes-alice")
+def _(lab: Lab) -> Attempt:
+    draft_id, missing = lab.draft(), missing_draft_id()
+    fields = lab.world.draft_fields(draft_id)
+    attempt = Attempt(
+        draft_id,
+        lab.acme_alice,
+        refused_with("STATEMENT_MISMATCH", "DRAFT_UNAVAILABLE", "KEY_NOT_OWNED"),
+        lab.body(lab.alice, draft_id),
+        event_tenant=ACME,
+        control=later(lab, lab.alice, draft_id),
+    )
+    twin = signed_body(lab.alice, {**fields, "draft_id": missing})
+    return _like_a_missing_draft(lab, attempt, missing, twin)
+
+
+@variant("cross-tenant/acmes-alice-signs-the-demo-draft-in-her-own-tenant")
+def _(lab: Lab) -> Attempt:
+    draft_id, missing = lab.draft(), missing_draft_id()
+    fields = {**lab.world.draft_fields(draft_id), "tenant": ACME}
+    attempt = Attempt(
+        draft_id,
+        lab.acme_alice,
+        refused_with("DRAFT_UNAVAILABLE"),
+        signed_body(lab.acme_alice, fields),
+        event_tenant=ACME,
+        control=later(lab, lab.alice, draft_id),
+    )
+    twin = signed_body(lab.acme_alice, {**fields, "draft_id": missing})
+    return _like_a_missing_draft(lab, attempt, missing, twin)
+
+
+# --- who signs: tokens, keys, maker and checker ---
+
+
+@variant("identity/bobs-signed-statement-with-alices-token")
+def _(lab: Lab) -> Attempt:
+    draft_id = lab.draft()
+    return by_alice(lab, draft_id, lab.body(lab.bob, draft_id), "APPROVER_MISMATCH")
+
+
+@variant("identity/alices-statement-naming-and-signed-with-bobs-key")
+def _(lab: Lab) -> Attempt:
+    draft_id = lab.draft()
+    statement = lab.statement(lab.alice, draft_id, key_id=lab.bob.key_id)
+    return by_alice(lab, draft_id, signed_by(lab.bob.key_file, statement), "KEY_NOT_OWNED")
+
+
+@variant("identity/alices-key-id-but-bobs-signature")
+def _(lab: Lab) -> Attempt:
+    draft_id = lab.draft()
+    statement = lab.statement(lab.alice, draft_id)
+    return by_alice(lab, draft_id, signed_by(lab.bob.key_file, statement), "SIGNATURE_INVALID")
+
+
+@variant("identity/a-key-registered-to-nobody")
+def _(lab: Lab) -> Attempt:
+    draft_id = lab.draft()
+    stray = Caller("approver", DEMO, lab.alice.token, "alice", lab.world.new_key_file("stray"))
+    return by_alice(lab, draft_id, lab.body(stray, draft_id), "KEY_NOT_OWNED")
+
+
+@variant("identity/the-key-of-acmes-alice")
+def _(lab: Lab) -> Attempt:
+    draft_id = lab.draft()
+    stolen = Caller("approver", DEMO, lab.alice.token, "alice", lab.acme_alice.key_file)
+    return by_alice(lab, draft_id, lab.body(stolen, draft_id), "KEY_NOT_OWNED")
+
+
+@variant("identity/a-revoked-key")
+def _(lab: Lab) -> Attempt:
+    draft_id = lab.draft()
+    carol = lab.world.approver(DEMO, "carol-" + secrets.token_hex(3))
+    body = lab.body(carol, draft_id)
+    lab.world.revoke_key(carol)
+    control = later(lab, lab.alice, draft_id)
+    return Attempt(draft_id, carol, refused_with("KEY_REVOKED"), body, control=control)
+
+
+@variant("identity/a-revoked-token-with-an-active-key")
+def _(lab: Lab) -> Attempt:
+    draft_id = lab.draft()
+    dave = lab.world.approver(DEMO, "dave-" + secrets.token_hex(3))
+    revoked = lab.world.caller("revoked", DEMO)
+    return Attempt(
+        draft_id,
+        revoked,
+        refused_with("UNAUTHENTICATED"),
+        lab.body(dave, draft_id),
+        event="auth.refused",
+        control=later(lab, dave, draft_id),
+    )
+
+
+def _maker(subject: str) -> Callable[[Lab], Attempt]:
+    def build(lab: Lab) -> Attempt:
+        draft_id = lab.draft()
+        maker = lab.world.approver(DEMO, subject)  # an approver token and key of that name
+        body, control = lab.body(maker, draft_id), later(lab, lab.alice, draft_id)
+        return Attempt(draft_id, maker, refused_with("SELF_APPROVAL"), body, control=control)
+
+    return build
+
+
+variant("maker-checker/the-end-user-it-was-proposed-for")(_maker("cust-ada"))
+variant("maker-checker/the-proposing-agents-subject")(_maker("support-agent"))
+
+
+@variant("state/an-expired-draft")
+def _(lab: Lab) -> Attempt:
+    draft_id = lab.draft()
+    body = lab.body(lab.alice, draft_id)
+    lab.world.expire(draft_id)
+    refused = refused_with("DRAFT_EXPIRED")
+    return Attempt(
+        draft_id, lab.alice, refused, body, may_expire=True, execute_code="DRAFT_EXPIRED"
+    )
+
+
+# --- what is signed: one member off, validly signed by alice; or edited after she signed ---
+
+OTHER_DIGEST = hashlib.sha256(canonical_json({"amount": {"amount_minor": 99_999}})).hexdigest()
+# member -> (its wrong value given the true statement, the documented refusal)
+WRONG: dict[str, tuple[Callable[[Lab, dict[str, Any]], Any], str]] = {
+    "tenant": (lambda lab, s: ACME, "STATEMENT_MISMATCH"),
+    "draft_id": (lambda lab, s: missing_draft_id(), "STATEMENT_MISMATCH"),
+    "revision": (lambda lab, s: s["revision"] + 1, "STALE_REVISION"),  # not current
+    "action": (lambda lab, s: "cancel_order", "STATEMENT_MISMATCH"),
+    "contract_version": (lambda lab, s: s["contract_version"] + 1, "STATEMENT_MISMATCH"),
+    "params_sha256": (lambda lab, s: OTHER_DIGEST, "STATEMENT_MISMATCH"),
+    "approver": (lambda lab, s: "bob", "APPROVER_MISMATCH"),
+    "key_id": (lambda lab, s: lab.bob.key_id, "KEY_NOT_OWNED"),
+    "type": (lambda lab, s: "draftgate.approval.v2", "INVALID_ARGUMENT"),
+}
+# A revision ahead of the draft's is "not the current one"; the design names no code for
+# "future" rather than "stale", so either is accepted.
+ALSO = {"revision": ("STATEMENT_MISMATCH",)}
+
+
+def _resigned(member: str) -> Callable[[Lab], Attempt]:
+    def build(lab: Lab) -> Attempt:
+        draft_id = lab.draft()
+        statement = lab.statement(lab.alice, draft_id)
+        wrong, code = WRONG[member]
+        statement[member] = wrong(lab, statement)
+        body = signed_by(lab.alice.key_file, statement)
+        return by_alice(lab, draft_id, body, code, *ALSO.get(member, ()))
+
+    return build
+
+
+def _edited(member: str) -> Callable[[Lab], Attempt]:
+    def build(lab: Lab) -> Attempt:
+        draft_id = lab.draft()
+        body = lab.body(lab.alice, draft_id)
+        wrong, code = WRONG[member]
+        body["statement"][member] = wrong(lab, body["statement"])
+        return by_alice(lab, draft_id, body, "SIGNATURE_INVALID", code, *ALSO.get(member, ()))
+
+    return build
+
+
+for _member in WRONG:
+    variant(f"resigned/{_member}")(_resigned(_member))
+    variant(f"edited-after-signing/{_member}")(_edited(_member))
+
+
+@variant("edited-after-signing/decision")
+def _(lab: Lab) -> Attempt:
+    draft_id = lab.draft()
+    body = lab.body(lab.alice, draft_id)
+    body["statement"] |= {"decision": "reject", "reason": "edited after signing"}
+    return by_alice(lab, draft_id, body, "SIGNATURE_INVALID")
+
+
+@variant("edited-after-signing/issued_at")
+def _(lab: Lab) -> Attempt:
+    draft_id = lab.draft()
+    body = lab.body(lab.alice, draft_id)  # still fresh: only the signature can tell
+    body["statement"]["issued_at"] = body["statement"]["issued_at"].replace("Z", ".000001Z")
+    return by_alice(lab, draft_id, body, "SIGNATURE_INVALID")
+
+
+ISSUED_AT: dict[str, timedelta | str] = {
+    "ten-minutes-ago": timedelta(minutes=-10),
+    "ten-minutes-ahead": timedelta(minutes=10),
+    "just-past-the-skew": timedelta(seconds=-301),
+    "just-ahead-of-the-skew": timedelta(seconds=310),
+    "the-epoch": "1970-01-01T00:00:00Z",
+    "year-1": "0001-01-01T00:00:00Z",
+    "year-9999": "9999-12-31T23:59:59.999999Z",
+}
+
+
+def _stale(issued_at: timedelta | str) -> Callable[[Lab], Attempt]:
+    def build(lab: Lab) -> Attempt:
+        draft_id = lab.draft()
+        if isinstance(issued_at, timedelta):
+            body = lab.body(lab.alice, draft_id, issued_at=utcnow() + issued_at)
+        else:
+            statement = lab.statement(lab.alice, draft_id) | {"issued_at": issued_at}
+            body = signed_by(lab.alice.key_file, statement)
+        return by_alice(lab, draft_id, body, "STATEMENT_STALE")
+
+    return build
+
+
+for _name, _when in ISSUED_AT.items():
+    variant(f"resigned/issued-at-{_name}")(_stale(_when))
+
+
+# --- the signature itself ---
+
+BITS = range(512) if FULL else (0, 255, 256, 511)  # the first and last bit of R and of S
+SIGNATURES: dict[str, tuple[Callable[[Lab, str], str], tuple[str, ...]]] = {
+    **{
+        f"bit-{bit}-flipped": (
+            (lambda lab, sig, bit=bit: flip_bit(sig, bit)),
+            ("SIGNATURE_INVALID",),
+        )
+        for bit in BITS
+    },
+    "s-plus-l-malleated": (lambda lab, sig: s_plus_l(sig), ("SIGNATURE_INVALID",)),
+    "padding-bits-set": (
+        lambda lab, sig: padding_bits_set(sig),
+        ("SIGNATURE_INVALID", "INVALID_ARGUMENT"),
+    ),
+    "all-zero": (lambda lab, sig: "A" * 86, ("SIGNATURE_INVALID",)),
+    "of-the-empty-message": (
+        lambda lab, sig: signed_by(lab.alice.key_file, {}, message=b"")["signature"],
+        ("SIGNATURE_INVALID",),
+    ),
+    "of-another-drafts-statement": (
+        lambda lab, sig: lab.body(lab.alice, lab.draft())["signature"],
+        ("SIGNATURE_INVALID",),
+    ),
+}
+
+
+def _tampered(name: str) -> Callable[[Lab], Attempt]:
+    def build(lab: Lab) -> Attempt:
+        draft_id = lab.draft()
+        body = lab.body(lab.alice, draft_id)
+        tamper, codes = SIGNATURES[name]
+        body["signature"] = tamper(lab, body["signature"])
+        return by_alice(lab, draft_id, body, *codes)
+
+    return build
+
+
+for _name in SIGNATURES:
+    variant(f"signature/{_name}")(_tampered(_name))
+
+
+# --- the bytes alice signed: anything but JCS(statement) ---
+
+
+def _floats(statement: dict[str, Any]) -> bytes:
+    numbers = {k: float(v) for k, v in statement.items() if type(v) is int}
+    return json.dumps(statement | numbers, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _reversed(statement: dict[str, Any]) -> bytes:
+    return json.dumps(dict(reversed(statement.items())), separators=(",", ":")).encode()
+
+
+SPELLINGS: dict[str, Callable[[dict[str, Any]], bytes]] = {
+    "python-json-dumps": lambda s: json.dumps(s).encode(),
+    "sorted-with-spaces": lambda s: json.dumps(s, sort_keys=True).encode(),
+    "reversed-keys-compact": _reversed,
+    "pretty-printed": lambda s: json.dumps(s, sort_keys=True, indent=2).encode(),
+    "unicode-escaped": lambda s: escaped_json(s).encode(),
+    "numbers-as-floats": _floats,
+    "trailing-newline": lambda s: canonical_json(s) + b"\n",
+    "utf8-byte-order-mark": lambda s: b"\xef\xbb\xbf" + canonical_json(s),
+}
+
+
+def _spelled(spelling: str) -> Callable[[Lab], Attempt]:
+    def build(lab: Lab) -> Attempt:
+        draft_id = lab.draft()
+        statement = lab.statement(lab.alice, draft_id)
+        message = SPELLINGS[spelling](statement)
+        assert message != canonical_json(statement)
+        body = signed_by(lab.alice.key_file, statement, message=message)
+        return by_alice(lab, draft_id, body, "SIGNATURE_INVALID")
+
+    return build
+
+
+for _spelling in SPELLINGS:
+    variant(f"signed-bytes/{_spelling}")(_spelled(_spelling))
+
+
+# --- lookalike values, validly signed: the server compares exactly, never "close enough" ---
+
+ARABIC_INDIC = str.maketrans("0123456789", "".join(chr(0x660 + n) for n in range(10)))
+LOOKALIKES: dict[str, tuple[str, Callable[[dict[str, Any]], Any], str]] = {
+    "approver-with-a-cyrillic-a": ("approver", lambda s: "\u0430lice", "APPROVER_MISMATCH"),
+    "approver-in-fullwidth": ("approver", lambda s: "ａｌｉｃｅ", "APPROVER_MISMATCH"),  # noqa: RUF001
+    "approver-with-a-zero-width-space": ("approver", lambda s: "alice\u200b", "APPROVER_MISMATCH"),
+    "approver-in-upper-case": ("approver", lambda s: "ALICE", "APPROVER_MISMATCH"),
+    "tenant-with-a-cyrillic-e": ("tenant", lambda s: "d\u0435mo", "STATEMENT_MISMATCH"),
+    "action-with-a-zero-width-joiner": ("action", lambda s: "re\u200dfund", "STATEMENT_MISMATCH"),
+    "digest-in-upper-case-hex": (
+        "params_sha256",
+        lambda s: s["params_sha256"].upper(),
+        "INVALID_ARGUMENT",
+    ),
+    "key-id-in-upper-case": ("key_id", lambda s: s["key_id"].upper(), "KEY_NOT_OWNED"),
+    "draft-id-in-upper-case-hex": (
+        "draft_id",
+        lambda s: "dft_" + s["draft_id"][4:].upper(),
+        "INVALID_ARGUMENT",
+    ),
+    "issued-at-in-arabic-indic-digits": (
+        "issued_at",
+        lambda s: s["issued_at"].translate(ARABIC_INDIC),
+        "INVALID_ARGUMENT",
+    ),
+    "issued-at-with-an-offset-not-z": (
+        "issued_at",
+        lambda s: s["issued_at"].replace("Z", "+00:00"),
+        "INVALID_ARGUMENT",
+    ),
+}
+
+
+def _lookalike(name: str) -> Callable[[Lab], Attempt]:
+    def build(lab: Lab) -> Attempt:
+        draft_id = lab.draft()
+        statement = lab.statement(lab.alice, draft_id)
+        member, value, code = LOOKALIKES[name]
+        statement[member] = value(statement)
+        return by_alice(lab, draft_id, signed_by(lab.alice.key_file, statement), code)
+
+    return build
+
+
+for _name in LOOKALIKES:
+    variant(f"lookalike/{_name}")(_lookalike(_name))
+
+
+# --- the shape of the statement and of the body (all INVALID_ARGUMENT, docs/decisions.md) ---
+
+
+def _signed_with(lab: Lab, statement: dict[str, Any], **members: Any) -> tuple[Any, None]:
+    return signed_by(lab.alice.key_file, statement | members), None
+
+
+def _without_type(lab: Lab, statement: dict[str, Any]) -> tuple[Any, None]:
+    return signed_by(lab.alice.key_file, {k: v for k, v in statement.items() if k != "type"}), None
+
+
+def _text(lab: Lab, statement: dict[str, Any], old: str, new: str) -> tuple[None, bytes]:
+    """Alice's valid body as JSON text, with ``old`` spelled ``new``."""
+    text = json.dumps(signed_by(lab.alice.key_file, statement))
+    assert old in text
+    return None, text.replace(old, new, 1).encode()
+
+
+def _as_jcs_text(lab: Lab, statement: dict[str, Any]) -> tuple[Any, None]:
+    signature = signed_by(lab.alice.key_file, statement)["signature"]
+    return {"statement": canonical_json(statement).decode(), "signature": signature}, None
+
+
+def _two_signatures(lab: Lab, statement: dict[str, Any]) -> tuple[Any, None]:
+    signature = signed_by(lab.alice.key_file, statement)["signature"]
+    return {"statement": statement, "signature": [signature, signature]}, None
+
+
+def _lone_surrogate(lab: Lab, statement: dict[str, Any]) -> tuple[None, bytes]:
+    rejection = statement | {"decision": "reject", "reason": "x"}
+    text = json.dumps({"statement": rejection, "signature": "A" * 86})
+    return None, text.replace('"reason": "x"', '"reason": "\\ud800"').encode()
+
+
+SHAPES: dict[str, Callable[[Lab, dict[str, Any]], tuple[Any, bytes | None]]] = {
+    "an-extra-signed-member": lambda lab, s: _signed_with(lab, s, comment="looks fine"),
+    "a-signed-reason-on-an-approval": lambda lab, s: _signed_with(lab, s, reason="why not"),
+    "a-signed-null-key-id": lambda lab, s: _signed_with(lab, s, key_id=None),
+    "a-signed-null-reason": lambda lab, s: _signed_with(lab, s, reason=None),
+    "no-type-member": _without_type,
+    "revision-as-true": lambda lab, s: _signed_with(lab, s, revision=True),
+    "revision-sent-as-1-point-0": lambda lab, s: _text(
+        lab, s, f'"revision": {s["revision"]}', f'"revision": {s["revision"]}.0'
+    ),
+    "a-lone-surrogate-in-a-reason": _lone_surrogate,
+    "the-statement-as-its-jcs-text": _as_jcs_text,
+    "two-signatures": _two_signatures,
+    # RFC 8785 canonicalises I-JSON (RFC 7493 §2.3: no duplicate member names); a body that
+    # says "reject" to a first-wins parser and "approve" to a last-wins one is ambiguous.
+    "decision-given-twice": lambda lab, s: _text(
+        lab, s, '"decision": "approve"', '"decision": "reject", "decision": "approve"'
+    ),
+}
+
+
+def _shaped(name: str) -> Callable[[Lab], Attempt]:
+    def build(lab: Lab) -> Attempt:
+        draft_id = lab.draft()
+        body, raw = SHAPES[name](lab, lab.statement(lab.alice, draft_id))
+        return by_alice(lab, draft_id, body, "INVALID_ARGUMENT", raw=raw)
+
+    return build
+
+
+for _name in SHAPES:
+    variant(f"shape/{_name}")(_shaped(_name))
+
+
+# --- the tests of part 2 ---
+
+
+@pytest.fixture(scope="module")
+def lab(sqlite_template, tmp_path_factory) -> Iterator[Lab]:
+    root = tmp_path_factory.mktemp("forgeries")
+    with module_world(sqlite_template, root) as world, api_client(world.runtime) as api:
+        yield Lab(world, api)
+
+
+def test_the_catalogue_has_every_family_of_forgery():
+    families = {name.split("/")[0] for name in VARIANTS}
+    assert families == {
+        "replay",
+        "cross-tenant",
+        "identity",
+        "maker-checker",
+        "state",
+        "resigned",
+        "edited-after-signing",
+        "signature",
+        "signed-bytes",
+        "lookalike",
+        "shape",
+    }
+    edited = {name.split("/")[1] for name in VARIANTS if name.startswith("edited-after-signing/")}
+    assert {*DESIGN_MEMBERS, "key_id", "type"} <= edited, "every signed member, edited"
+    assert len(VARIANTS) >= 10
+
+
+# The members of the statement (DESIGN.md §4) that the brief asks to see edited one by one.
+DESIGN_MEMBERS = {
+    "tenant",
+    "draft_id",
+    "revision",
+    "action",
+    "contract_version",
+    "params_sha256",
+    "decision",
+    "approver",
+    "issued_at",
+}
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_a_forged_or_replayed_approval_is_refused_audited_and_executes_nothing(lab, name):
+    attempt = VARIANTS[name](lab)
+    before = lab.world.state()
+
+    response = attempt.send(lab.api)
+
+    assert response.headers["content-type"].startswith(PROBLEM_JSON), response.text
+    answer = (response.status_code, response.json()["code"])
+    assert answer in attempt.refused, f"{answer}, expected one of {sorted(attempt.refused)}"
+    after = lab.world.state()
+    _assert_nothing_recorded(attempt, before, after)
+    _assert_audited_once(lab, attempt, answer[1], before)
+    _assert_nothing_executes(lab, attempt)
+    if attempt.control is not None:  # the refusal was the forgery's, not the draft's
+        control = attempt.control()
+        assert control.status_code == 201, f"the legitimate decision afterwards: {control.text}"
+
+
+def _assert_nothing_recorded(attempt: Attempt, before: State, after: State) -> None:
+    assert after.approvals == before.approvals, "an approval was recorded"
+    assert (after.executions, after.outbox) == (before.executions, before.outbox)
+    assert after.drafts.keys() == before.drafts.keys()
+    changed = {
+        d: (before.drafts[d], now) for d, now in after.drafts.items() if before.drafts[d] != now
+    }
+    if attempt.may_expire and changed:  # deny by default may record the expiry it found
+        [(draft_id, (was, now))] = changed.items()
+        assert (draft_id, now) == (attempt.draft_id, ("expired", was[1]))
+    else:
+        assert not changed, f"drafts changed: {changed}"
+
+
+def _assert_audited_once(lab: Lab, attempt: Attempt, code: str, before: State) -> None:
+    events = lab.world.events_since(before)
+    assert [(e.tenant, e.type) for e in events] == [(attempt.event_tenant, attempt.event)]
+    [event] = events
+    if attempt.event == "auth.refused":
+        assert (event.actor, event.data["door"]) == ("anonymous", "http")
+        return
+    assert (event.actor, event.draft_id) == (attempt.caller.actor, attempt.draft_id)
+    assert event.data["error"]["code"] == code
+
+
+def _assert_nothing_executes(lab: Lab, attempt: Attempt) -> None:
+    before = lab.world.state()
+    response = lab.api.post(f"/v1/drafts/{attempt.draft_id}/execute", headers=lab.alice.headers)
+    assert (response.status_code, response.json()["code"]) == (409, attempt.execute_code), (
+        response.text
+    )
+    after = lab.world.state()
+    assert (after.executions, after.outbox) == (before.executions, before.outbox)
+    assert [e.type for e in lab.world.events_since(before)] == ["execution.refused"]
+
+
+def test_how_a_body_is_spelled_in_transit_does_not_matter(lab):
+    """The control for the signed-bytes family: the server canonicalises what it parsed, so a
+    body sent escaped, reordered and indented is accepted when JCS(statement) was signed.
+    The refusals above are about the bytes that were signed, not about the request's text."""
+    draft_id = lab.draft()
+    body = lab.body(lab.alice, draft_id)
+    statement = dict(reversed(body["statement"].items()))
+    raw = '{\n  "signature" : "%s",\n  "statement" :\n    %s\n}' % (  # noqa: UP031
+        body["signature"],
+        escaped_json(statement),
+    )
+
+    response = Attempt(draft_id, lab.alice, frozenset(), raw=raw.encode()).send(lab.api)
+
+    assert response.status_code == 201, response.text
+    assert response.json()["status"] == "approved"
+
+
+# --- part 3: what the API does not serve -----------------------------------------------------
+
+UNSERVED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
+def test_a_method_or_path_the_api_does_not_serve_answers_a_problem(runtime, world):
+    """DESIGN.md §6: "The HTTP API returns RFC 9457 problem+json bodies with the same code
+    and retryable fields". Whatever the API does not route (another method on a /v1 path, an
+    unknown /v1 path) must say so in that shape too, and must not leak anything either way."""
+    app = create_app(runtime, publisher=lambda task, args: None)
+    served_ops = served_operations(app)
+    paths = {path for _, path in served_ops if path.startswith("/v1")}
+    probes = [
+        (method, path.replace("{draft_id}", missing_draft_id()))
+        for path in sorted(paths)
+        for method in UNSERVED_METHODS
+        if (method, path) not in served_ops
+    ]
+    probes.append(("GET", "/v1/nothing-here"))
+    agent = world.caller("agent", DEMO)
+    wrong = []
+    with api_client(runtime) as api:
+        for method, path in probes:
+            response = api.request(
+                method,
+                path.format(execution_id=missing_execution_id(), trace_id=new_trace_id()),
+                headers=agent.headers,
+            )
+            assert response.status_code in (404, 405), (method, path, response.text)
+            if not response.headers["content-type"].startswith(PROBLEM_JSON):
+                wrong.append(f"{method} {path}: {response.status_code} {response.text}")
+    assert not wrong, "answers that are not problem+json:\n" + "\n".join(wrong)
+
+
+# --- part 4: the race the database decides (PostgreSQL) --------------------------------------
+
+
+def together(
+    runtime, count: int, request: Callable[[httpx.Client], httpx.Response]
+) -> list[httpx.Response]:
+    """``count`` in-process clients of one app, each sending ``request`` at the same moment."""
+    app = create_app(runtime, publisher=lambda task, args: None)
+    barrier = threading.Barrier(count)
+    answers: list[httpx.Response | BaseException | None] = [None] * count
+
+    def run(index: int) -> None:
+        with in_process(app) as api:
+            api.get("/healthz")  # the app and the client are warm before the race starts
+            barrier.wait()
+            try:
+                answers[index] = request(api)
+            except BaseException as exc:  # asserted on below, with the others
+                answers[index] = exc
+
+    threads = [threading.Thread(target=run, args=(index,)) for index in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    responses = [a for a in answers if isinstance(a, httpx.Response)]
+    assert len(responses) == count, answers
+    return responses
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_one_valid_approval_replayed_eight_times_at_once_counts_once(runtime, world):
+    draft_id = world.propose(DEMO)["draft_id"]
+    alice = world.tenants[DEMO].callers["approver"]
+    body = signed_body(alice, world.draft_fields(draft_id))
+    url = f"/v1/drafts/{draft_id}/approvals"
+    before = world.state()
+
+    responses = together(runtime, 8, lambda api: api.post(url, json=body, headers=alice.headers))
+
+    answers = sorted((r.status_code, r.json().get("code")) for r in responses)
+    assert answers[0] == (201, None), answers
+    assert set(answers[1:]) <= refused_with("ALREADY_SIGNED", "DRAFT_NOT_OPEN")
+    after = world.state()
+    assert len(after.approvals - before.approvals) == 1
+    assert after.drafts[draft_id][0] == "approved"
+    types = sorted(e.type for e in world.events_since(before))
+    assert types == sorted(["approval.approved", "draft.approved"] + ["approval.refused"] * 7)
+
+    executed = together(
+        runtime,
+        8,
+        lambda api: api.post(f"/v1/drafts/{draft_id}/execute", headers=alice.headers),
+    )
+
+    assert {r.status_code for r in executed} == {202}
+    assert len({r.json()["execution_id"] for r in executed}) == 1
+    final = world.state()
+    assert len(final.executions - after.executions) == 1
+    assert final.outbox - after.outbox == 1
