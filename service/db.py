@@ -81,15 +81,47 @@ def read_scope(engine: Engine) -> Iterator[Session]:
     ONLY. Nothing is ever committed.
     """
     options: dict[str, Any] = {READ_ONLY: True}
-    if engine.dialect.name == "postgresql":
+    postgres = engine.dialect.name == "postgresql"
+    if postgres:
         options.update(isolation_level="REPEATABLE READ", postgresql_readonly=True)
     with engine.connect() as connection:
         connection.execution_options(**options)
-        with Session(bind=connection, expire_on_commit=False) as session:
-            try:
-                yield session
-            finally:
-                session.rollback()
+        if not postgres:  # SQLite has no read-only transaction; the connection refuses writes
+            connection.exec_driver_sql("PRAGMA query_only = ON")
+        try:
+            with Session(bind=connection, expire_on_commit=False) as session:
+                try:
+                    yield session
+                finally:
+                    session.rollback()
+        finally:
+            if not postgres:  # the connection goes back to the pool for writers
+                connection.exec_driver_sql("PRAGMA query_only = OFF")
+
+
+@contextmanager
+def read_only(session: Session) -> Iterator[None]:
+    """Run a stretch of a read-write unit of work (a read tool's handler) unable to write.
+
+    The unit's own writes (its audit event) happen outside. Inside, any write fails:
+    PostgreSQL refuses it in a READ ONLY savepoint; SQLite's connection is ``query_only``.
+    The savepoint is rolled back at the end, which also restores read-write mode.
+    """
+    session.flush()  # the unit's pending writes are not the handler's
+    savepoint = session.begin_nested()
+    connection = session.connection()
+    postgres = connection.dialect.name == "postgresql"
+    connection.exec_driver_sql(
+        "SET LOCAL transaction_read_only = on" if postgres else "PRAGMA query_only = ON"
+    )
+    try:
+        yield
+        session.flush()  # a write the handler only staged fails here, inside
+    finally:
+        if savepoint.is_active:
+            savepoint.rollback()
+        if not postgres:
+            connection.exec_driver_sql("PRAGMA query_only = OFF")
 
 
 def run_unit(

@@ -6,7 +6,7 @@ import json
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,7 +19,7 @@ from service.drafts import errors, repository
 from service.drafts.models import Draft, DraftRevision, DraftStatus, IdempotencyKey
 from service.drafts.policy import applied_policy
 from service.drafts.schemas import AgentDraftView, agent_view
-from service.drafts.state import expire_if_due
+from service.drafts.state import expire_if_due, reason_at, status_at
 from service.executions import repository as executions
 from service.policies.schemas import AppliedPolicy, PolicyConfig
 from service.principal import Principal, Role
@@ -67,7 +67,7 @@ def propose(
     if idempotency_key is not None:
         claimed = _claim_key(ctx, action, idempotency_key, params_json, draft_id, target_id)
         if isinstance(claimed, Draft):
-            return view(ctx.session, action, claimed, replayed=True)
+            return view(ctx.session, action, claimed, now=ctx.now, replayed=True)
         claim = claimed
     proposal = _validate(ctx, action, params, params_json, policies, target_id)
     if draft_id is not None:
@@ -77,7 +77,7 @@ def propose(
     if claim is not None and draft.id != target_id:
         # An identical open draft was returned instead: the key refers to that one.
         repository.repoint_idempotency_key(ctx.session, claim, draft.id)
-    return view(ctx.session, action, draft, replayed=replayed)
+    return view(ctx.session, action, draft, now=ctx.now, replayed=replayed)
 
 
 def _claim_key(
@@ -260,16 +260,22 @@ def get_for_agent(
     draft = repository.get(ctx.session, ctx.principal.tenant, draft_id)
     if draft is None or not _proposed_for_same_user(draft, ctx.principal):
         raise errors.draft_unavailable()
-    expire_if_due(ctx.session, draft, now=ctx.now)
-    return view(ctx.session, writes.get(draft.action), draft)
+    return view(ctx.session, writes.get(draft.action), draft, now=ctx.now)
 
 
 def view(
-    session: Session, action: WriteAction | None, draft: Draft, *, replayed: bool = False
+    session: Session,
+    action: WriteAction | None,
+    draft: Draft,
+    *,
+    now: datetime,
+    replayed: bool = False,
 ) -> AgentDraftView:
     execution = executions.for_draft(session, draft.id)
     return agent_view(
         draft,
+        status=status_at(draft, now),
+        reason=reason_at(draft, now),
         masked_params=masked_params(action, draft.params),
         approvals_received=approvals.count_approvals(session, draft.id, draft.revision),
         replayed=replayed,

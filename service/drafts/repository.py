@@ -7,7 +7,13 @@ from datetime import datetime
 from sqlalchemy import delete, func
 from sqlmodel import Session, col, select
 
-from service.drafts.models import Draft, DraftRevision, DraftStatus, IdempotencyKey
+from service.drafts.models import (
+    OPEN_STATUSES,
+    Draft,
+    DraftRevision,
+    DraftStatus,
+    IdempotencyKey,
+)
 from service.sql import insert_or_ignore
 
 
@@ -98,11 +104,20 @@ def page(
     action: str | None,
     after: tuple[datetime, str] | None,
     limit: int,
+    now: datetime,
 ) -> list[Draft]:
-    """Newest first, keyset-paginated on (created_at, id) so pages stay stable under inserts."""
+    """Newest first, keyset-paginated on (created_at, id) so pages stay stable under inserts.
+
+    ``status`` is the status as read at ``now``: an open draft past its time is expired."""
     statement = select(Draft).where(col(Draft.tenant) == tenant)
-    if status is not None:
+    is_open = col(Draft.status).in_([s.value for s in OPEN_STATUSES])
+    if status == DraftStatus.EXPIRED:
+        past = col(Draft.expires_at) <= now
+        statement = statement.where((col(Draft.status) == status) | (is_open & past))
+    elif status is not None:
         statement = statement.where(col(Draft.status) == status)
+        if status in OPEN_STATUSES:
+            statement = statement.where(col(Draft.expires_at) > now)
     if action is not None:
         statement = statement.where(col(Draft.action) == action)
     if after is not None:

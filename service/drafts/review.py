@@ -27,7 +27,7 @@ from service.drafts.schemas import (
     RevisionView,
     amount_of,
 )
-from service.drafts.state import expire_if_due
+from service.drafts.state import reason_at, status_at
 from service.errors import invalid_argument
 from service.executions import repository as executions_repository
 from service.keys import repository as keys_repository
@@ -50,9 +50,7 @@ def list_drafts(
 ) -> DraftPage:
     principal.require(Role.APPROVER, Role.AUDITOR)
     limit = max(1, min(limit, MAX_PAGE))
-    # Expiry is enforced on every read: nothing past its time is listed as still open.
-    for draft in repository.open_past_expiry(session, now, tenant=principal.tenant):
-        expire_if_due(session, draft, now=now)
+    # Nothing past its time is listed as still open, though the read records nothing.
     rows = repository.page(
         session,
         principal.tenant,
@@ -60,12 +58,13 @@ def list_drafts(
         action=action,
         after=_position(cursors, cursor) if cursor else None,
         limit=limit + 1,
+        now=now,
     )
     more = len(rows) > limit
     rows = rows[:limit]
     counts = approvals_repository.approval_counts(session, {d.id: d.revision for d in rows})
     return DraftPage(
-        drafts=[_summary(draft, counts[draft.id]) for draft in rows],
+        drafts=[_summary(draft, counts[draft.id], now) for draft in rows],
         next_cursor=(
             cursors.encode(CURSOR_KIND, [rows[-1].created_at.isoformat(), rows[-1].id])
             if more and rows
@@ -81,7 +80,7 @@ def get_detail(
     draft = repository.get(session, principal.tenant, draft_id)
     if draft is None:
         raise draft_unavailable()
-    expire_if_due(session, draft, now=now)
+    status = status_at(draft, now)
     execution = executions_repository.for_draft(session, draft.id)
     return DraftDetail(
         draft_id=draft.id,
@@ -89,8 +88,8 @@ def get_detail(
         action=draft.action,
         contract_version=draft.contract_version,
         revision=draft.revision,
-        status=draft.status,
-        status_reason=draft.status_reason,
+        status=status,
+        status_reason=reason_at(draft, now),
         params=draft.params,
         params_sha256=draft.params_sha256,
         summary=draft.summary,
@@ -118,7 +117,7 @@ def get_detail(
         else None,
         statement_to_sign=(
             statement_to_sign(session, principal, draft, now=now)
-            if principal.role is Role.APPROVER and draft.status is DraftStatus.PROPOSED
+            if principal.role is Role.APPROVER and status is DraftStatus.PROPOSED
             else None
         ),
     )
@@ -153,11 +152,11 @@ def _approval_view(approval: Approval, draft: Draft, key: Any, digest: str) -> D
     )
 
 
-def _summary(draft: Draft, approvals_received: int) -> DraftSummary:
+def _summary(draft: Draft, approvals_received: int, now: datetime) -> DraftSummary:
     return DraftSummary(
         draft_id=draft.id,
         action=draft.action,
-        status=draft.status,
+        status=status_at(draft, now),
         revision=draft.revision,
         summary=draft.summary,
         amount=amount_of(draft),

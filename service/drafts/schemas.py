@@ -54,12 +54,13 @@ class AgentDraftView(BaseModel):
 def agent_view(
     draft: Draft,
     *,
+    status: DraftStatus,
+    reason: str | None,
     masked_params: dict[str, Any],
     approvals_received: int,
     replayed: bool = False,
     outcome: dict[str, Any] | None = None,
 ) -> AgentDraftView:
-    status = draft.status
     message, next_action = _advice(draft, status, approvals_received, outcome)
     return AgentDraftView(
         draft_id=draft.id,
@@ -75,7 +76,7 @@ def agent_view(
         created_at=draft.created_at,
         expires_at=draft.expires_at,
         replayed=replayed,
-        reason=draft.status_reason,
+        reason=reason,
         outcome=outcome,
         message=message,
         next_action=next_action,

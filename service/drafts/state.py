@@ -81,11 +81,29 @@ def transition(
     )
 
 
+EXPIRY_REASON = "it was not approved and executed before it expired"
+
+
+def is_past_expiry(draft: Draft, now: datetime) -> bool:
+    """Open, and its time is up: every reader treats it as expired, written or not."""
+    return draft.status in OPEN_STATUSES and now >= draft.expires_at
+
+
+def status_at(draft: Draft, now: datetime) -> DraftStatus:
+    """The status a reader reports at ``now``. Reads never write (they run read-only), so an
+    open draft past its time reads as expired until a writer or the sweeper records it."""
+    return DraftStatus.EXPIRED if is_past_expiry(draft, now) else draft.status
+
+
+def reason_at(draft: Draft, now: datetime) -> str | None:
+    return EXPIRY_REASON if is_past_expiry(draft, now) else draft.status_reason
+
+
 def expire_if_due(session: Session, draft: Draft, *, now: datetime) -> bool:
     """Mark an open draft past its ``expires_at`` as expired (deny by default). True if expired."""
     if draft.status is DraftStatus.EXPIRED:
         return True
-    if draft.status not in OPEN_STATUSES or now < draft.expires_at:
+    if not is_past_expiry(draft, now):
         return False
     transition(
         session,
@@ -93,7 +111,7 @@ def expire_if_due(session: Session, draft: Draft, *, now: datetime) -> bool:
         DraftStatus.EXPIRED,
         now=now,
         actor="system:expiry",
-        reason="it was not approved and executed before it expired",
+        reason=EXPIRY_REASON,
         data={"expired_at": draft.expires_at.isoformat()},
     )
     return True

@@ -10,6 +10,7 @@ from typing import Any
 from sqlmodel import Session
 
 from service.audit import actions as audit
+from service.db import read_only
 from service.drafts import actions as drafts
 from service.drafts.schemas import AgentDraftView
 from service.errors import DomainError
@@ -154,7 +155,9 @@ class _Answer:
 
 def _read(ctx: ActionContext, runtime: Runtime, spec: ToolSpec, params: StrictInput) -> _Answer:
     read = runtime.registry.reads[spec.name]
-    return _Answer(read.handle(ctx, params).model_dump(mode="json"), read.masked(params))
+    with read_only(ctx.session):  # a read handler, anyone's code, cannot write
+        result = read.handle(ctx, params).model_dump(mode="json")
+    return _Answer(result, read.masked(params))
 
 
 def _propose(ctx: ActionContext, runtime: Runtime, spec: ToolSpec, params: StrictInput) -> _Answer:

@@ -10,6 +10,7 @@ from service.api.deps import (
     Approver,
     JsonBody,
     PublisherDep,
+    ReadUnit,
     Reviewer,
     RuntimeDep,
     TraceIdDep,
@@ -45,7 +46,7 @@ APPROVAL_BODY = {
     responses=problems(400, 401, 403),
 )
 def list_drafts(
-    session: Unit,
+    session: ReadUnit,
     runtime: RuntimeDep,
     principal: Reviewer,
     status: DraftStatus | None = None,
@@ -71,7 +72,7 @@ def list_drafts(
     name="drafts.read",
     responses=problems(400, 401, 403, 404),
 )
-def get_draft(draft_id: DraftId, session: Unit, principal: Reviewer) -> DraftDetail:
+def get_draft(draft_id: DraftId, session: ReadUnit, principal: Reviewer) -> DraftDetail:
     return review.get_detail(session, principal, draft_id, now=utcnow())
 
 

@@ -827,10 +827,9 @@ def test_an_expired_draft_is_reported_expired_and_cannot_be_revised(runtime, doo
     assert status["reason"] == "it was not approved and executed before it expired"
     assert "expired" in status["message"]
     assert "propose it again" in status["next_action"]
-    # get_draft marked it expired, committed, and audited it.
-    draft = draft_row(runtime, first["draft_id"])
-    assert draft.status == "expired"
-    assert len(events(runtime, type_="draft.expired", draft_id=first["draft_id"])) == 1
+    # get_draft is a read: it reports the expiry and writes nothing (the sweeper records it).
+    assert draft_row(runtime, first["draft_id"]).status == "proposed"
+    assert events(runtime, type_="draft.expired", draft_id=first["draft_id"]) == []
     error = refusal(door, "propose_refund", refund(amount_minor=2_600, draft_id=first["draft_id"]))
     assert error.code == "DRAFT_NOT_REVISABLE"
 
