@@ -6,8 +6,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     UV_PROJECT_ENVIRONMENT=/opt/venv \
     PATH=/opt/venv/bin:$PATH
 
+# The user every component runs as: uid and gid 10001, named in compose.yaml, which tells
+# operators to make the mounted secrets readable by it.
 RUN pip install --no-cache-dir "uv==0.13.9" \
-    && useradd --create-home --uid 10001 draftgate
+    && groupadd --gid 10001 draftgate \
+    && useradd --create-home --uid 10001 --gid 10001 draftgate
 
 WORKDIR /app
 COPY pyproject.toml uv.lock README.md ./

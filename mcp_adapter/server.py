@@ -15,7 +15,8 @@ from starlette.types import ASGIApp
 
 from mcp_adapter.auth import CredentialAudit, DraftgateTokenVerifier, refuser
 from mcp_adapter.tools import ToolDoor, ToolHandlers, mcp_tools
-from service.guards import AddressLimit, BodyLimit
+from service.db import unavailable
+from service.guards import AddressLimit, BodyLimit, Outage
 from service.runtime import Runtime
 
 INSTRUCTIONS = (
@@ -83,7 +84,8 @@ def create_http_app(runtime: Runtime) -> ASGIApp:
         max_json_depth=MAX_BODY_DEPTH,
         refuse=refuse,
     )
-    return AddressLimit(bounded, limiter=runtime.limiter, refuse=refuse)
+    limited = AddressLimit(bounded, limiter=runtime.limiter, refuse=refuse)
+    return Outage(limited, unavailable=unavailable)
 
 
 MAX_BODY_DEPTH = 64

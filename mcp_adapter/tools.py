@@ -29,7 +29,7 @@ from mcp.types import (
 
 from mcp_adapter.auth import DOOR, authenticate_for_mcp, principal_from
 from mcp_adapter.errors import as_tool_error
-from service.db import run_unit, session_scope
+from service.db import run_unit, session_scope, unavailable
 from service.errors import DomainError, internal_error
 from service.principal import Principal
 from service.ratelimit import record_throttled
@@ -54,9 +54,12 @@ class ToolDoor:
     ) -> dict[str, Any]:
         engine, started = self.runtime.engine, time.perf_counter()
         if principal is None:  # stdio: every call proves the configured token again
-            principal = authenticate_for_mcp(
-                self.runtime, self.stdio_token, trace_id=trace_id, door=f"{DOOR}-stdio"
-            )
+            try:
+                principal = authenticate_for_mcp(
+                    self.runtime, self.stdio_token, trace_id=trace_id, door=f"{DOOR}-stdio"
+                )
+            except Exception as exc:
+                raise (unavailable(exc) or exc) from exc
 
         def refused(session: Any, error: DomainError, extra: dict[str, int] | None = None) -> None:
             toolcalls.record_refused_call(
@@ -94,10 +97,13 @@ class ToolDoor:
         except DomainError:
             raise
         except Exception as exc:
-            logger.exception("tool %s failed unexpectedly (trace %s)", name, trace_id)
-            error = internal_error()
-            with session_scope(engine) as session:
-                refused(session, error)
+            error = unavailable(exc) or internal_error()
+            logger.exception("tool %s failed: %s (trace %s)", name, error.code, trace_id)
+            try:
+                with session_scope(engine) as session:
+                    refused(session, error)
+            except Exception:  # the database is still away: the refusal is only logged
+                logger.warning("could not audit the failed call of %s", name, exc_info=True)
             raise error from exc
 
     def _over_limit(self, principal: Principal) -> DomainError | None:

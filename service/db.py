@@ -7,14 +7,16 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlmodel import Session
 
 from service.audit import chain
-from service.errors import DomainError
+from service.errors import DATABASE_UNAVAILABLE, DomainError
 
 T = TypeVar("T")
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+SQLITE_UNAVAILABLE = ("database is locked", "unable to open", "disk i/o error")
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:
@@ -161,3 +163,18 @@ def _run(
         with session_scope(engine) as session:
             on_refusal(session, error)
         raise
+
+
+def unavailable(exc: BaseException) -> DomainError | None:
+    """DATABASE_UNAVAILABLE when ``exc`` says the database went away (a restart, a failover,
+    a dropped connection), so the doors answer a retryable refusal instead of crashing;
+    None for any other failure. The unit of work did not commit either way."""
+    lost = isinstance(exc, OperationalError | InterfaceError) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated
+    )
+    if lost and type(getattr(exc, "orig", None)).__module__.startswith("sqlite3"):
+        # SQLite says OperationalError for misuse too ("attempt to write a readonly database").
+        lost = any(word in str(exc).lower() for word in SQLITE_UNAVAILABLE)
+    if not lost:
+        return None
+    return DATABASE_UNAVAILABLE("The database is unavailable; nothing was changed.")

@@ -180,3 +180,12 @@ METHOD_NOT_ALLOWED = ErrorCode(
     "The path exists but not with this HTTP method (HTTP 405, with Allow).",
     "Use one of the methods in the Allow header.",
 )
+
+
+DATABASE_UNAVAILABLE = ErrorCode(
+    "DATABASE_UNAVAILABLE",
+    Category.TRANSIENT,
+    "The database could not be reached or dropped the connection (a restart, a failover); "
+    "the call's transaction did not commit, so nothing was changed (HTTP 503).",
+    "Retry after a short delay with the same arguments (and the same idempotency key).",
+)

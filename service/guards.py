@@ -7,6 +7,7 @@ a ``refuse`` callback that answers the request with the domain error.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -115,3 +116,50 @@ class AddressLimit:
                 await self._refuse(scope, send, error)
                 return
         await self._app(scope, receive, send)
+
+
+class Outage:
+    """Answer a retryable 503 when the database went away mid-request and nothing inside
+    turned that into a refusal (a framework's own code, e.g. the MCP SDK's token check, met
+    it and its error middleware wrote a 500). Nothing is audited: the audit log lives in the
+    database that is away. A 500 is held back until the application has finished, so it can
+    be replaced; every other answer streams through untouched."""
+
+    def __init__(self, app: App, *, unavailable: Callable[[BaseException], DomainError | None]):
+        self._app = app
+        self._unavailable = unavailable
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        held: list[Message] = []
+        passed = False
+
+        async def hold_a_crash(message: Message) -> None:
+            nonlocal passed
+            crashed = message["type"] == "http.response.start" and message["status"] == 500
+            if crashed or held:  # the 500's start, then its body
+                held.append(message)
+            else:
+                passed = passed or message["type"] == "http.response.start"
+                await send(message)
+
+        try:
+            await self._app(scope, receive, hold_a_crash)
+        except Exception as exc:
+            error = self._unavailable(exc)
+            if error is None or passed:
+                await _flush(send, held)
+                raise
+            body = json.dumps(error.to_dict()).encode()
+            headers = [(b"content-type", b"application/json"), (b"retry-after", b"1")]
+            await send({"type": "http.response.start", "status": 503, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await _flush(send, held)
+
+
+async def _flush(send: Send, messages: list[Message]) -> None:
+    for message in messages:
+        await send(message)

@@ -281,3 +281,115 @@ def test_the_image_contains_every_package_of_the_project():
     }
 
     assert set(packages) <= copied
+
+
+# --- health and secrets --------------------------------------------------------------------------
+
+CHECKPOINT_KEY_IN_CONTAINER = "/run/secrets/checkpoint-key"
+
+
+def long_running(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Services that stay up (migrate runs once and exits)."""
+    return {
+        name: service
+        for name, service in data["services"].items()
+        if service.get("restart", "always") != "no"
+    }
+
+
+def component_of(service: dict[str, Any]) -> str | None:
+    """The component a ``draftgate serve <component>`` service runs, or None."""
+    command = service.get("command", [])
+    return command[1] if command[:1] == ["serve"] else None
+
+
+def secrets_of(service: dict[str, Any]) -> set[str]:
+    return {s if isinstance(s, str) else s["source"] for s in service.get("secrets", [])}
+
+
+def health_problems(data: dict[str, Any]) -> list[str]:
+    problems = []
+    for name, service in long_running(data).items():
+        test = service.get("healthcheck", {}).get("test")
+        if not test or service["healthcheck"].get("disable"):
+            problems.append(f"{name} has no healthcheck")
+    return problems
+
+
+def test_every_long_running_service_has_a_healthcheck():
+    data = load_compose()
+
+    assert {"api", "mcp", "worker", "beat", "postgres", "redis"} <= set(long_running(data))
+    assert "migrate" not in long_running(data)
+    assert health_problems(data) == []
+
+
+def test_the_healthcheck_check_catches_a_service_without_one():
+    broken = copy.deepcopy(load_compose())
+    del broken["services"]["beat"]["healthcheck"]
+
+    assert health_problems(broken) == ["beat has no healthcheck"]
+
+
+def test_worker_and_beat_are_checked_by_draftgate_doctor_for_their_component():
+    services = load_compose()["services"]
+
+    for name in ("worker", "beat"):
+        test = services[name]["healthcheck"]["test"]
+        assert test == ["CMD", "draftgate", "doctor", "--component", name], name
+        leaf = resolve_cli_command(test[2:])  # a real command, its options valid
+        assert leaf.name == "doctor"
+        assert component_of(services[name]) == name
+
+
+def test_draftgate_is_on_the_images_path_for_the_healthchecks():
+    # A healthcheck runs its command directly, not through the image's ENTRYPOINT.
+    dockerfile = DOCKERFILE.read_text()
+    venv = re.search(r"UV_PROJECT_ENVIRONMENT=(\S+)", dockerfile)
+    assert venv is not None
+    assert re.search(rf"PATH={re.escape(venv.group(1))}/bin:\$PATH", dockerfile)
+
+
+def test_the_checkpoint_key_is_mounted_exactly_where_checkpoints_are_signed():
+    from service.health import SIGNING_COMPONENTS
+
+    services = draftgate_services(load_compose())
+    signing = {name for name, s in services.items() if component_of(s) in SIGNING_COMPONENTS}
+    assert signing == {"worker"}
+
+    for name, service in services.items():
+        mounted = "checkpoint-key" in secrets_of(service)
+        key_file = environment_of(service).get("DRAFTGATE_CHECKPOINT_KEY_FILE")
+        if name in signing:
+            assert mounted, f"{name} signs checkpoints but the key is not mounted"
+            assert key_file == CHECKPOINT_KEY_IN_CONTAINER, name
+        else:  # the private key goes nowhere it is not needed
+            assert not mounted, f"{name} does not sign, yet gets the checkpoint key"
+            assert key_file is None, name
+        # Every service pins the public key: verification and doctor compare against it.
+        assert "DRAFTGATE_CHECKPOINT_PUBLIC_KEY" in environment_of(service), name
+
+
+def image_user() -> tuple[str, str, str]:
+    """The Dockerfile's user: name, uid, gid (created by useradd, switched to by USER)."""
+    dockerfile = DOCKERFILE.read_text()
+    useradd = re.search(r"useradd [^\n]*--uid (\d+) --gid (\d+) (\w+)", dockerfile)
+    assert useradd is not None, "the Dockerfile creates its user with an explicit uid and gid"
+    uid, gid, name = useradd.groups()
+    assert re.search(rf"groupadd --gid {gid} ", dockerfile), "the group's gid is explicit too"
+    assert dockerfile_instruction("USER") == name
+    return name, uid, gid
+
+
+def test_the_secret_comment_names_the_user_the_image_runs_as():
+    _, uid, gid = image_user()
+    compose = COMPOSE.read_text()
+    secrets_section = compose[compose.index("\nsecrets:\n") :]
+
+    # File secrets are bind-mounted with the host's owner and mode: the operator makes them
+    # readable by the image's user, and the comment must name that user's real ids.
+    assert f"uid {uid}" in secrets_section
+    assert f"sudo chown {uid}:{gid} secrets/checkpoint-key.pem" in secrets_section
+    assert f"sudo chgrp {gid} secrets/checkpoint-key.pem && chmod 0440" in secrets_section
+    assert f"sudo chown {uid}:{gid} secrets/server-secret" in secrets_section
+    assert "draftgate doctor" in secrets_section

@@ -16,6 +16,7 @@ from service.errors import DomainError
 from service.executions import sweeper
 from service.executions.runner import run_execution
 from service.executions.schemas import CHECKPOINT_TASK, EXECUTE_TASK, SWEEP_TASK
+from service.health import KEY_FILE_ERRORS, checkpoint_key_status
 from service.sql import utcnow
 from workers.app import celery_app, runtime
 
@@ -54,11 +55,10 @@ def checkpoint() -> int:
     settings = runtime().settings
     try:
         key = checkpoints.load_key(settings.resolved_checkpoint_key_file())
-    except DomainError as error:
-        # Loudly: the task fails (and readiness, doctor and verify report the log unanchored).
-        logger.error(
-            "audit checkpoints are NOT being made: %s %s", error.message, error.suggested_action
-        )
+    except (DomainError, *KEY_FILE_ERRORS):
+        # Loudly, whatever is wrong with the key (missing, unreadable by this user, not a
+        # key): the task fails, and readiness, doctor and verify report the log unanchored.
+        logger.error("audit checkpoints are NOT being made: %s", checkpoint_key_status(settings))
         raise
     with session_scope(runtime().engine) as session:
         return len(checkpoints.create(session, key, now=utcnow()))

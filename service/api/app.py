@@ -8,7 +8,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
-from service.api.errors import PROBLEM_JSON, install_error_handlers, refuse_request
+from service.api.errors import PROBLEM_JSON, install_error_handlers, problems, refuse_request
 from service.api.publisher import celery_publisher
 from service.api.routes import audit, drafts, executions, health
 from service.config import get_settings
@@ -69,6 +69,10 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                 _drop_null(parameter.get("schema", {}))
             responses = operation.get("responses", {})
             responses.pop("422", None)
+            # Any request can meet the address limit or a database that went away.
+            for status, problem in problems(429, 503).items():
+                problem.pop("model")  # already a component: the entry is plain OpenAPI here
+                responses.setdefault(str(status), problem)
             for status, response in responses.items():
                 content = response.get("content", {})
                 if status[0] in "45" and PROBLEM_JSON in content:

@@ -10,18 +10,22 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
+from sqlalchemy.exc import DBAPIError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Message, Scope, Send
 
 from service.api.deps import authenticate, record_refusal
+from service.db import unavailable
 from service.errors import (
+    INTERNAL_ERROR,
     METHOD_NOT_ALLOWED,
     RATE_LIMITED,
     REQUEST_TOO_LARGE,
     ROUTE_NOT_FOUND,
     Category,
     DomainError,
+    internal_error,
     invalid_argument,
 )
 from service.guards import client_address
@@ -84,6 +88,7 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 # Codes whose HTTP status is more specific than their category's.
 STATUS_BY_CODE = {
+    INTERNAL_ERROR.code: 500,
     REQUEST_TOO_LARGE.code: 413,
     RATE_LIMITED.code: 429,
     METHOD_NOT_ALLOWED.code: 405,
@@ -140,7 +145,15 @@ def install_error_handlers(app: FastAPI) -> None:
             )
         return await http_exception_handler(request, error)  # none is raised today
 
+    async def on_crash(request: Request, error: Exception) -> JSONResponse:
+        """The last resort (Starlette still logs the exception): a database that went away is
+        a retryable 503; anything else a 500, both problem+json and never the exception."""
+        refusal = unavailable(error) or internal_error()
+        return problem_response(refusal, instance=request.url.path)
+
     app.add_exception_handler(DomainError, on_domain_error)
+    app.add_exception_handler(DBAPIError, on_crash)  # answered here, not re-raised
+    app.add_exception_handler(Exception, on_crash)  # the server's last resort (re-raised)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_unrouted)
 

@@ -36,6 +36,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "service.cli.serve:migrate",
         "Bring the database schema up to date (Alembic; the only way the schema changes).",
     ),
+    "doctor": (
+        "service.cli.doctor:doctor",
+        "Check database, schema, broker, keys and audit checkpoints; exit 1 if one fails.",
+    ),
     "dev": (
         "service.cli.dev:dev",
         "Run API, MCP, worker and beat on SQLite; seed the demo; write <state-dir>/demo.json.",
