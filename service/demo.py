@@ -61,7 +61,10 @@ def seed_demo(
         private_key = generate_private_key()
         key_file = (state_dir / "keys" / f"{approver}.pem").resolve()
         key_file.unlink(missing_ok=True)
-        write_private_key(private_key, key_file)
+        # Unencrypted on purpose: throwaway keys of a demo tenant, listed in the manifest next
+        # to the bearer tokens they go with, and `draftgate dev` must start with one command
+        # and no prompt. Real approvers' keys come from `keys generate` (encrypted by default).
+        write_private_key(private_key, key_file, passphrase=None)
         registered = keys.register(
             session,
             tenant=tenant,

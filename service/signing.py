@@ -1,7 +1,8 @@
 """Ed25519 keys and signatures for approvals (DESIGN.md §4).
 
-Private keys live in PKCS#8 PEM files owned by the approver; the server only
-ever stores public keys. Signatures are base64url without padding.
+Private keys live in PKCS#8 PEM files owned by the approver, encrypted with a passphrase
+unless their owner chose otherwise; the server only ever stores public keys. Signatures are
+base64url without padding.
 """
 
 from __future__ import annotations
@@ -40,12 +41,34 @@ def generate_private_key() -> Ed25519PrivateKey:
     return Ed25519PrivateKey.generate()
 
 
-def write_private_key(key: Ed25519PrivateKey, path: Path) -> None:
-    """Write a PKCS#8 PEM file readable by its owner only (created 0600, never wider)."""
+class PassphraseNeeded(ValueError):
+    """The key file is encrypted and no passphrase was given: ask for one and load again."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"{path} is encrypted: a passphrase is needed")
+        self.path = path
+
+
+class WrongPassphrase(ValueError):
+    """The passphrase does not decrypt the key file (or the file is damaged)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"the passphrase does not decrypt {path} (wrong passphrase?)")
+        self.path = path
+
+
+def write_private_key(
+    key: Ed25519PrivateKey, path: Path, *, passphrase: bytes | None = None
+) -> None:
+    """Write a PKCS#8 PEM file readable by its owner only (created 0600, never wider),
+    encrypted with ``passphrase`` when one is given (PKCS#8 ``ENCRYPTED PRIVATE KEY``)."""
+    encryption: serialization.KeySerializationEncryption = (
+        serialization.NoEncryption()
+        if passphrase is None
+        else serialization.BestAvailableEncryption(passphrase)
+    )
     pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -53,11 +76,36 @@ def write_private_key(key: Ed25519PrivateKey, path: Path) -> None:
         handle.write(pem)
 
 
-def load_private_key(path: Path) -> Ed25519PrivateKey:
-    key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+def load_private_key(path: Path, *, passphrase: bytes | None = None) -> Ed25519PrivateKey:
+    """The Ed25519 key in a PKCS#8 PEM file, encrypted or not.
+
+    ``passphrase`` is used only if the file is encrypted (a plain file loads without one).
+    Raises PassphraseNeeded for an encrypted file and no passphrase, WrongPassphrase when it
+    does not decrypt, ValueError for anything that is not an Ed25519 private key, OSError
+    when the file cannot be read.
+    """
+    pem = path.read_bytes()
+    try:
+        key = serialization.load_pem_private_key(pem, password=None)
+    except TypeError:  # documented: raised (only) for an encrypted key and no password
+        if passphrase is None:
+            raise PassphraseNeeded(path) from None
+        try:
+            key = serialization.load_pem_private_key(pem, password=passphrase)
+        except ValueError:
+            raise WrongPassphrase(path) from None
     if not isinstance(key, Ed25519PrivateKey):
         raise ValueError(f"{path} does not hold an Ed25519 private key")
     return key
+
+
+def is_encrypted(path: Path) -> bool:
+    """Whether the key file needs a passphrase (it is read, not decrypted)."""
+    try:
+        load_private_key(path)
+    except PassphraseNeeded:
+        return True
+    return False
 
 
 def public_key_b64(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:

@@ -15,14 +15,22 @@ import typer
 from service.approvals.schemas import Decision, build_statement
 from service.canonical import canonical_json, params_sha256
 from service.cli.client import ApiClient, ApiProblem, ApiUrlOption, TokenOption
-from service.cli.common import JsonOption, fail, print_json, print_table
-from service.signing import key_id_for, load_private_key, public_key_b64, sign
+from service.cli.common import JsonOption, echo, fail, print_json, print_table
+from service.cli.passphrase import unlock
+from service.signing import key_id_for, public_key_b64, sign
 from service.sql import rfc3339_seconds, utcnow
 
 drafts_app = typer.Typer(help="Review drafts.", no_args_is_help=True)
 executions_app = typer.Typer(help="Inspect executions.", no_args_is_help=True)
 
-KeyOption = Annotated[Path, typer.Option("--key", help="Your Ed25519 private key (PKCS#8 PEM).")]
+KeyOption = Annotated[
+    Path,
+    typer.Option(
+        "--key",
+        help="Your Ed25519 private key (PKCS#8 PEM); if encrypted, the passphrase is "
+        "DRAFTGATE_KEY_PASSPHRASE or asked for.",
+    ),
+]
 # What the signature binds and we can check ourselves (the approver is who the token is).
 BOUND_FIELDS = ("tenant", "draft_id", "revision", "action", "contract_version", "params_sha256")
 
@@ -62,7 +70,7 @@ def list_drafts(
         ],
     )
     if page.get("next_cursor"):
-        typer.echo(f"more: --cursor {page['next_cursor']}")
+        echo(f"more: --cursor {page['next_cursor']}")
 
 
 @drafts_app.command("show")
@@ -93,13 +101,13 @@ def approve(
     """Sign an approval of the draft's current revision (after checking what you sign)."""
     api = ApiClient.from_options(api_url, token)
     draft = _decide(api, draft_id, key, Decision.APPROVE, reason=None, yes=yes)
-    typer.echo(
+    echo(
         f"approved revision {draft['revision']}: draft is {draft['status']} "
         f"({_counted(draft)} of {draft['approvals_required']} approvals)"
     )
     if execute:
         if draft["status"] != "approved":
-            typer.echo("not executing yet: the policy needs more approvals")
+            echo("not executing yet: the policy needs more approvals")
             return
         _request_execution(api, draft_id)
 
@@ -115,7 +123,7 @@ def reject(
     """Sign a rejection; one valid rejection ends the draft."""
     api = ApiClient.from_options(api_url, token)
     draft = _decide(api, draft_id, key, Decision.REJECT, reason=reason, yes=yes)
-    typer.echo(f"rejected: draft is {draft['status']}")
+    echo(f"rejected: draft is {draft['status']}")
 
 
 def execute(
@@ -137,7 +145,7 @@ def show_execution(
     if as_json:
         print_json(execution)
         return
-    typer.echo(
+    echo(
         f"execution {execution['execution_id']} of draft {execution['draft_id']} "
         f"(revision {execution['revision']}, {execution['action']}): {execution['status']}"
     )
@@ -145,11 +153,11 @@ def show_execution(
         detail = (attempt.get("detail") or {}).get("message") or (attempt.get("detail") or {}).get(
             "summary", ""
         )
-        typer.echo(f"  attempt {attempt['number']}: {attempt['result']} {detail}")
+        echo(f"  attempt {attempt['number']}: {attempt['result']} {detail}")
     if execution.get("outcome"):
-        typer.echo(f"outcome: {execution['outcome'].get('summary')}")
+        echo(f"outcome: {execution['outcome'].get('summary')}")
     if execution.get("error"):
-        typer.echo(f"error: {execution['error'].get('message')}")
+        echo(f"error: {execution['error'].get('message')}")
 
 
 def _decide(
@@ -161,8 +169,8 @@ def _decide(
     reason: str | None,
     yes: bool,
 ) -> Any:
-    try:
-        private_key = load_private_key(key_file)
+    try:  # before anything is fetched: a key that cannot be used must not cost a round trip
+        private_key = unlock(key_file)
     except (OSError, ValueError) as exc:
         fail(f"cannot use {key_file}: {exc}")
     draft = checked_call(lambda: api.get(f"/v1/drafts/{draft_id}"))
@@ -209,26 +217,26 @@ def _decide(
 
 def _request_execution(api: ApiClient, draft_id: str) -> None:
     accepted = checked_call(lambda: api.post(f"/v1/drafts/{draft_id}/execute"))
-    typer.echo(f"execution {accepted['execution_id']}: {accepted['status']}")
+    echo(f"execution {accepted['execution_id']}: {accepted['status']}")
 
 
 def _render(draft: dict[str, Any]) -> None:
-    typer.echo(
+    echo(
         f"draft {draft['draft_id']} — {draft['action']} revision {draft['revision']} "
         f"[{draft['status']}]"
     )
-    typer.echo(f"  {draft['summary']}")
-    typer.echo(
+    echo(f"  {draft['summary']}")
+    echo(
         f"  proposed by {draft['proposed_by']['agent']} for "
         f"{draft['proposed_by']['on_behalf_of']}; risk {draft['risk']}; "
         f"expires {draft['expires_at']}"
     )
-    typer.echo(f"  policy: {draft['policy'].get('rule')}")
-    typer.echo(f"  params: {canonical_json(draft['params']).decode()}")
-    typer.echo(f"  params_sha256: {draft['params_sha256']}")
+    echo(f"  policy: {draft['policy'].get('rule')}")
+    echo(f"  params: {canonical_json(draft['params']).decode()}")
+    echo(f"  params_sha256: {draft['params_sha256']}")
     for approval in draft["approvals"]:
         counted = "counts" if approval["counts"] else f"does not count ({approval['problem']})"
-        typer.echo(
+        echo(
             f"  {approval['decision']} by {approval['approver']} rev {approval['revision']}"
             f" — {counted}"
         )

@@ -1,4 +1,10 @@
-"""Helpers shared by CLI commands: settings, the runtime, and printing errors."""
+"""Helpers shared by CLI commands: settings, the runtime, and printing for people.
+
+Much of what the CLI prints was written by an agent (summaries, params, reasons), so every
+line meant for a person goes through ``service.text.inert``: terminal escapes, bidi overrides
+and invisible characters are shown as visible escapes, whatever let them into the data.
+JSON output needs nothing more (``json.dump`` escapes every non-ASCII character).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ from service.config import get_settings
 from service.db import session_scope
 from service.errors import DomainError
 from service.runtime import Runtime, build_runtime
+from service.text import inert
 
 OPERATOR = "operator:cli"
 T = TypeVar("T")
@@ -50,8 +57,13 @@ def as_operator(work: Callable[[Session], T]) -> T:
 
 def fail(error: DomainError | str) -> NoReturn:
     message = f"{error.code}: {error.message}" if isinstance(error, DomainError) else error
-    typer.echo(f"error: {message}", err=True)
+    echo(f"error: {message}", err=True)  # a server's message may quote what an agent wrote
     raise typer.Exit(code=1)
+
+
+def echo(line: str, *, err: bool = False) -> None:
+    """Print a line for a person, any unsafe character in it shown as an escape."""
+    typer.echo(inert(line), err=err)
 
 
 def print_json(value: Any) -> None:
@@ -60,8 +72,8 @@ def print_json(value: Any) -> None:
 
 
 def print_table(headers: list[str], rows: list[list[Any]]) -> None:
-    cells = [[str(value if value is not None else "") for value in row] for row in rows]
+    cells = [[inert(str(value if value is not None else "")) for value in row] for row in rows]
     widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
-    typer.echo("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)))
+    echo("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)))
     for row in cells:
-        typer.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+        echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))

@@ -3,6 +3,7 @@ never leaves its file. Registering and revoking are operator tasks (database acc
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -18,6 +19,7 @@ from service.cli.common import (
     print_table,
     tenant_or_default,
 )
+from service.cli.passphrase import PASSPHRASE_ENV, new_passphrase
 from service.keys import actions as keys
 from service.signing import generate_private_key, key_id_for, public_key_b64, write_private_key
 
@@ -27,15 +29,30 @@ app = typer.Typer(help="Generate, register, revoke and list approver keys.", no_
 @app.command("generate")
 def generate(
     out: Annotated[Path, typer.Option("--out", help="Where to write the private key.")],
+    encrypt: Annotated[
+        bool,
+        typer.Option(
+            "--encrypt/--no-encrypt",
+            help=f"Encrypt the key with a passphrase ({PASSPHRASE_ENV}, else asked twice).",
+        ),
+    ] = True,
 ) -> None:
     """Create an Ed25519 key pair: private key to --out (mode 0600), public key printed."""
+    if os.path.lexists(out):  # before asking for a passphrase; O_EXCL still decides below
+        fail(f"{out} exists; refusing to overwrite a key")
+    secret = new_passphrase(out) if encrypt else None
     key = generate_private_key()
     try:
-        write_private_key(key, out)
+        write_private_key(key, out, passphrase=secret)
     except FileExistsError:
         fail(f"{out} exists; refusing to overwrite a key")
     public = public_key_b64(key)
-    typer.echo(f"private key: {out} (mode 0600; keep it to yourself)")
+    if secret is None:
+        typer.echo(
+            f"warning: {out} is not encrypted: anyone who can read it can sign as you", err=True
+        )
+    protection = "encrypted with your passphrase" if secret is not None else "NOT encrypted"
+    typer.echo(f"private key: {out} (mode 0600, {protection}; keep it to yourself)")
     typer.echo(f"public key:  {public}")
     typer.echo(f"key id:      {key_id_for(public)}")
 

@@ -29,10 +29,12 @@ from typer.testing import Result
 
 from mcp_adapter.tools import ToolDoor
 from service.approvals.models import Approval
+from service.cli import passphrase
 from service.db import session_scope
 from service.executions.models import Execution
 from service.principal import Role
 from service.signing import generate_private_key, key_id_for, write_private_key
+from service.text import is_unsafe
 from service.tokens import actions as tokens
 from service.tracing import new_trace_id
 from tests.support import cli
@@ -41,6 +43,7 @@ from tests.support.cli import both_backends
 from tests.support.servers import serve
 
 TENANT = "demo"
+PASSPHRASE = "carol's passphrase"
 
 
 def run_cli(
@@ -403,13 +406,15 @@ def test_reject_needs_a_reason(api, runtime, demo, door):
 
 
 @both_backends
-def test_a_key_generated_and_registered_with_the_cli_signs_until_revoked(
+def test_a_key_generated_encrypted_with_the_cli_signs_with_its_passphrase_until_revoked(
     api, runtime, demo, door, tmp_path
 ):
     pem = tmp_path / "carol.pem"
     db_env = cli.operator_env(runtime, DRAFTGATE_DEFAULT_TENANT=TENANT)
-    generated = run_cli("keys", "generate", "--out", str(pem), api_url=api, token=None)
+    unlocked = {"DRAFTGATE_KEY_PASSPHRASE": PASSPHRASE}
+    generated = run_cli("keys", "generate", "--out", str(pem), api_url=api, token=None, **unlocked)
     assert generated.exit_code == 0, generated.stderr
+    assert pem.read_bytes().startswith(b"-----BEGIN ENCRYPTED PRIVATE KEY-----")
     public = re.search(r"^public key:\s+(\S+)$", generated.stdout, flags=re.MULTILINE)
     assert public
     registered = run_cli(
@@ -429,8 +434,23 @@ def test_a_key_generated_and_registered_with_the_cli_signs_until_revoked(
             session, tenant=TENANT, subject="carol", role=Role.APPROVER, actor="operator:test"
         ).token
     first = refund(door, 1_000)
+    wrong = run_cli(
+        "approve",
+        first,
+        "--key",
+        str(pem),
+        "--yes",
+        api_url=api,
+        token=carol,
+        DRAFTGATE_KEY_PASSPHRASE="not " + PASSPHRASE,
+    )
+    assert wrong.exit_code == 1
+    assert "passphrase" in wrong.stderr
+    assert approvals_in_db(runtime, first) == []
 
-    approved = run_cli("approve", first, "--key", str(pem), "--yes", api_url=api, token=carol)
+    approved = run_cli(
+        "approve", first, "--key", str(pem), "--yes", api_url=api, token=carol, **unlocked
+    )
 
     assert approved.exit_code == 0, approved.stderr
     [approval] = approvals_in_db(runtime, first)
@@ -441,7 +461,9 @@ def test_a_key_generated_and_registered_with_the_cli_signs_until_revoked(
     )
     assert revoked.exit_code == 0, revoked.stderr
     second = refund(door, 1_100)
-    refused = run_cli("approve", second, "--key", str(pem), "--yes", api_url=api, token=carol)
+    refused = run_cli(
+        "approve", second, "--key", str(pem), "--yes", api_url=api, token=carol, **unlocked
+    )
     assert refused.exit_code == 1
     assert "KEY_REVOKED" in refused.stderr
     assert approvals_in_db(runtime, second) == []
@@ -602,9 +624,19 @@ def shown_draft(**changes: Any) -> dict[str, Any]:
     return draft
 
 
+def listed(draft: dict[str, Any]) -> dict[str, Any]:
+    """The draft as GET /v1/drafts lists it."""
+    names = ("draft_id", "status", "action", "amount", "risk", "summary")
+    return {
+        **{name: draft[name] for name in names},
+        "approvals": {"received": 0, "required": draft["approvals_required"]},
+    }
+
+
 class StandIn:
-    """A fake draftgate API serving one draft; records every request it receives. One server
-    serves the module; ``show`` gives it this test's draft and a new record."""
+    """A fake draftgate API serving one draft (alone in its list); records every request it
+    receives. One server serves the module; ``show`` gives it this test's draft and a new
+    record."""
 
     def __init__(self) -> None:
         self.draft: dict[str, Any] = {}
@@ -622,6 +654,8 @@ class StandIn:
             self.received.append((request.method, request.url.path))
             if request.method == "GET" and request.url.path == f"/v1/drafts/{DRAFT_ID}":
                 return JSONResponse(self.draft)
+            if request.method == "GET" and request.url.path == "/v1/drafts":
+                return JSONResponse({"drafts": [listed(self.draft)], "next_cursor": None})
             if request.method == "POST" and request.url.path.endswith("/approvals"):
                 return JSONResponse(
                     {**self.draft, "status": "approved", "statement_to_sign": None},
@@ -721,3 +755,199 @@ def test_the_cli_refuses_to_sign_another_draft_than_the_one_asked_for(
     assert result.exit_code == 1, result.stdout
     assert "draft_id" in result.stderr
     assert [method for method, _ in received if method != "GET"] == [], received
+
+
+# --- encrypted approver keys ------------------------------------------------------------------
+
+
+@pytest.fixture
+def at_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As if a person sat at a terminal: CliRunner's stdin is a pipe, which the command rightly
+    never asks; its input then stands for what that person types (hidden)."""
+    monkeypatch.setattr(passphrase, "at_a_terminal", lambda: True)
+
+
+@pytest.fixture
+def alice_encrypted_pem(tmp_path) -> Path:
+    path = tmp_path / "alice-encrypted.pem"
+    write_private_key(generate_private_key(), path, passphrase=PASSPHRASE.encode())
+    return path
+
+
+def decide(command: str, key: Path, url: str, *, stdin: str | None = None, **env: str) -> Result:
+    extra = ["--reason", "no"] if command == "reject" else []
+    return run_cli(
+        command,
+        DRAFT_ID,
+        "--key",
+        str(key),
+        *extra,
+        "--yes",
+        api_url=url,
+        token="dg_fake",
+        stdin=stdin,
+        **env,
+    )
+
+
+@pytest.mark.parametrize("command", ["approve", "reject"])
+def test_an_encrypted_key_signs_with_the_passphrase_from_the_environment(
+    alice_encrypted_pem, stand_in_api, command
+):
+    url, received = stand_in_api(shown_draft())
+
+    result = decide(command, alice_encrypted_pem, url, DRAFTGATE_KEY_PASSPHRASE=PASSPHRASE)
+
+    assert result.exit_code == 0, result.stderr
+    assert ("POST", f"/v1/drafts/{DRAFT_ID}/approvals") in received
+    assert "Passphrase for" not in result.stdout + result.stderr  # nobody was asked
+    assert PASSPHRASE not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("command", ["approve", "reject"])
+def test_a_wrong_passphrase_is_refused_before_anything_is_fetched_or_sent(
+    alice_encrypted_pem, stand_in_api, command
+):
+    url, received = stand_in_api(shown_draft())
+    wrong = "not " + PASSPHRASE
+
+    result = decide(command, alice_encrypted_pem, url, DRAFTGATE_KEY_PASSPHRASE=wrong)
+
+    assert result.exit_code == 1
+    assert f"cannot use {alice_encrypted_pem}" in result.stderr
+    assert "passphrase does not decrypt" in result.stderr
+    assert wrong not in result.stdout + result.stderr
+    assert received == []
+
+
+def test_an_encrypted_key_with_no_passphrase_and_no_terminal_fails_clearly(
+    alice_encrypted_pem, stand_in_api
+):
+    url, received = stand_in_api(shown_draft())
+
+    result = decide("approve", alice_encrypted_pem, url, stdin=PASSPHRASE + "\n")
+
+    assert result.exit_code == 1
+    assert "is encrypted" in result.stderr
+    assert "DRAFTGATE_KEY_PASSPHRASE" in result.stderr
+    assert received == []
+
+
+def test_at_a_terminal_the_passphrase_is_asked_for_without_echoing_it(
+    alice_encrypted_pem, stand_in_api, at_a_terminal
+):
+    url, received = stand_in_api(shown_draft())
+
+    result = decide("approve", alice_encrypted_pem, url, stdin=PASSPHRASE + "\n")
+
+    assert result.exit_code == 0, result.stderr
+    assert f"Passphrase for {alice_encrypted_pem}" in result.stderr
+    assert PASSPHRASE not in result.stdout + result.stderr
+    assert ("POST", f"/v1/drafts/{DRAFT_ID}/approvals") in received
+
+
+def test_at_a_terminal_a_wrong_passphrase_sends_nothing(
+    alice_encrypted_pem, stand_in_api, at_a_terminal
+):
+    url, received = stand_in_api(shown_draft())
+
+    result = decide("approve", alice_encrypted_pem, url, stdin="guess\n")
+
+    assert result.exit_code == 1
+    assert "passphrase does not decrypt" in result.stderr
+    assert "guess" not in result.stdout + result.stderr
+    assert received == []
+
+
+def test_a_plain_key_is_used_without_asking_for_a_passphrase(
+    alice_pem, stand_in_api, at_a_terminal
+):
+    """A terminal and no input: were a passphrase asked for, the command would end on EOF."""
+    url, received = stand_in_api(shown_draft())
+
+    result = decide("approve", alice_pem, url)
+
+    assert result.exit_code == 0, result.stderr
+    assert "Passphrase" not in result.stdout + result.stderr
+    assert ("POST", f"/v1/drafts/{DRAFT_ID}/approvals") in received
+
+
+# --- what an agent wrote cannot draw on the approver's terminal (defence in depth) ------------
+
+# Text the API refuses on the way in (tests/security/test_hostile_text.py); a server that lies,
+# a row written straight into the database or data older than that check can still hold it.
+CONCEAL, RTL_OVERRIDE, ZERO_WIDTH = "\x1b[8m", "\u202e", "\u200b"
+HOSTILE_PARAMS = {**PARAMS, "note": f"fine{CONCEAL} hidden{RTL_OVERRIDE}00.01{ZERO_WIDTH}"}
+HOSTILE_DIGEST = hashlib.sha256(rfc8785.dumps(HOSTILE_PARAMS)).hexdigest()
+
+
+def hostile_draft() -> dict[str, Any]:
+    return shown_draft(
+        summary=f"Refund 25.00 USD{CONCEAL} really 2500.00{RTL_OVERRIDE}DSU{ZERO_WIDTH}",
+        params=HOSTILE_PARAMS,
+        params_sha256=HOSTILE_DIGEST,
+        statement__params_sha256=HOSTILE_DIGEST,
+        risk=f"low{ZERO_WIDTH}",
+        proposed_by={"agent": f"support-agent{ZERO_WIDTH}", "on_behalf_of": "cust-ada\r"},
+        policy={"rule": f"no approval needed{CONCEAL}", "approvals_required": 1},
+        approvals=[
+            {
+                "decision": "approve",
+                "approver": f"bob{RTL_OVERRIDE}",
+                "revision": 1,
+                "counts": False,
+                "problem": f"stale{CONCEAL}",
+            }
+        ],
+    )
+
+
+def assert_inert(output: str) -> None:
+    """Every unsafe character shown as a visible escape: none reaches the terminal raw."""
+    assert [c for c in output if is_unsafe(c) and c != "\n"] == []
+    assert "\\u001b[8m" in output
+    assert "\\u202e" in output
+    assert "\\u200b" in output
+
+
+def test_drafts_show_prints_hostile_text_as_visible_escapes(stand_in_api):
+    url, _ = stand_in_api(hostile_draft())
+
+    result = run_cli("drafts", "show", DRAFT_ID, api_url=url, token="dg_fake")
+
+    assert result.exit_code == 0, result.stderr
+    assert_inert(result.stdout)
+    lines = result.stdout.splitlines()
+    assert "  Refund 25.00 USD\\u001b[8m really 2500.00\\u202eDSU\\u200b" in lines
+    assert "proposed by support-agent\\u200b for cust-ada\\u000d;" in result.stdout
+    assert "  policy: no approval needed\\u001b[8m" in lines
+    assert "bob\\u202e rev 1 — does not count (stale\\u001b[8m)" in result.stdout
+    # in the params, JSON already escapes controls; what it leaves raw is now escaped too
+    assert '"note":"fine\\u001b[8m hidden\\u202e00.01\\u200b"' in result.stdout
+
+
+def test_drafts_list_prints_hostile_text_as_visible_escapes(stand_in_api):
+    url, _ = stand_in_api(hostile_draft())
+
+    result = run_cli("drafts", "list", api_url=url, token="dg_fake")
+
+    assert result.exit_code == 0, result.stderr
+    assert_inert(result.stdout)
+    [header, line] = result.stdout.splitlines()
+    assert line.endswith("Refund 25.00 USD\\u001b[8m really 2500.00\\u202eDSU\\u200b")
+    # columns are measured on what is printed: the escaped risk widens its column
+    assert "low\\u200b" in line.split()
+    assert line.index("Refund") == header.index("SUMMARY")
+
+
+def test_approve_shows_hostile_text_as_visible_escapes_before_asking(alice_pem, stand_in_api):
+    url, received = stand_in_api(hostile_draft())
+
+    result = run_cli(
+        "approve", DRAFT_ID, "--key", str(alice_pem), api_url=url, token="dg_fake", stdin="n\n"
+    )
+
+    assert result.exit_code == 1  # answered no
+    assert "Sign this approve of revision 2?" in result.stdout
+    assert_inert(result.stdout)
+    assert [method for method, _ in received] == ["GET"]

@@ -18,12 +18,15 @@ from sqlmodel import Session, col
 from typer.testing import Result
 
 from service.audit.models import AuditEvent
+from service.cli import passphrase
 from service.db import session_scope
 from service.keys import actions as keys
 from service.signing import (
     b64url,
     generate_private_key,
+    is_encrypted,
     key_id_for,
+    load_private_key,
     public_key_b64,
     sign,
     verify,
@@ -34,27 +37,44 @@ from tests.support.cli import both_backends
 TENANT = "demo"
 
 
-def run_cli(*args: str, runtime: Any = None, umask: int | None = None) -> Result:
+PASSPHRASE = "an approver's passphrase"
+
+
+def run_cli(
+    *args: str,
+    runtime: Any = None,
+    umask: int | None = None,
+    input: str | None = None,
+    **extra_env: str,
+) -> Result:
     env = cli.operator_env(runtime) if runtime is not None else {}
     env["DRAFTGATE_DEFAULT_TENANT"] = TENANT
+    env.update(extra_env)
     if umask is None:
-        return cli.run(*args, env=env)
+        return cli.run(*args, env=env, input=input)
     previous = os.umask(umask)  # a permissive umask: the file mode must not depend on it
     try:
-        return cli.run(*args, env=env)
+        return cli.run(*args, env=env, input=input)
     finally:
         os.umask(previous)
 
 
 def generated(out: Path) -> tuple[str, str]:
-    """Run ``keys generate``; returns (public key, key id) as printed."""
-    result = run_cli("keys", "generate", "--out", str(out))
+    """Run ``keys generate`` (passphrase from the environment); returns (public key, key id)."""
+    result = run_cli("keys", "generate", "--out", str(out), DRAFTGATE_KEY_PASSPHRASE=PASSPHRASE)
     assert result.exit_code == 0, result.stderr
     public = re.search(r"^public key:\s+(\S+)$", result.stdout, flags=re.MULTILINE)
     key_id = re.search(r"^key id:\s+(\S+)$", result.stdout, flags=re.MULTILINE)
     assert public, result.stdout
     assert key_id, result.stdout
     return public.group(1), key_id.group(1)
+
+
+@pytest.fixture
+def at_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As if a person sat at a terminal: CliRunner's stdin is a pipe, which the command rightly
+    never asks; its input then stands for what that person types (hidden)."""
+    monkeypatch.setattr(passphrase, "at_a_terminal", lambda: True)
 
 
 def listed(runtime, *args: str) -> list[dict[str, Any]]:
@@ -77,24 +97,33 @@ def key_events(runtime, type: str) -> list[AuditEvent]:
 # --- generate (local, no database) -----------------------------------------------------------
 
 
-def test_generate_writes_a_pkcs8_pem_ed25519_key_readable_by_its_owner_only(tmp_path):
+def test_generate_writes_an_encrypted_pkcs8_ed25519_key_readable_by_its_owner_only(tmp_path):
     out = tmp_path / "nested" / "dir" / "carol.pem"
 
-    result = run_cli("keys", "generate", "--out", str(out), umask=0)
+    result = run_cli(
+        "keys", "generate", "--out", str(out), umask=0, DRAFTGATE_KEY_PASSPHRASE=PASSPHRASE
+    )
 
     assert result.exit_code == 0, result.stderr
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     pem = out.read_bytes()
-    assert pem.startswith(b"-----BEGIN PRIVATE KEY-----\n")  # PKCS#8, not "OPENSSH"/"EC"
-    assert pem.rstrip().endswith(b"-----END PRIVATE KEY-----")
-    key = serialization.load_pem_private_key(pem, password=None)
+    assert pem.startswith(b"-----BEGIN ENCRYPTED PRIVATE KEY-----\n")  # PKCS#8, encrypted
+    assert pem.rstrip().endswith(b"-----END ENCRYPTED PRIVATE KEY-----")
+    with pytest.raises(TypeError, match="encrypted"):
+        serialization.load_pem_private_key(pem, password=None)
+    with pytest.raises(ValueError, match="password"):
+        serialization.load_pem_private_key(pem, password=b"not the passphrase")
+    key = serialization.load_pem_private_key(pem, password=PASSPHRASE.encode())
     assert isinstance(key, Ed25519PrivateKey)
     raw_public = key.public_key().public_bytes(
         serialization.Encoding.Raw, serialization.PublicFormat.Raw
     )
     assert f"public key:  {b64url(raw_public)}" in result.stdout
     assert f"key id:      {key_id_for(b64url(raw_public))}" in result.stdout
+    assert "encrypted with your passphrase" in result.stdout
     assert "BEGIN" not in result.stdout, "the private key is never printed"
+    assert PASSPHRASE not in result.stdout + result.stderr, "nor is the passphrase"
+    assert result.stderr == ""
 
 
 def test_generate_prints_a_public_key_and_key_id_that_belong_together(tmp_path):
@@ -103,9 +132,72 @@ def test_generate_prints_a_public_key_and_key_id_that_belong_together(tmp_path):
     assert key_id == key_id_for(public)
     assert re.fullmatch(r"ed25519-[0-9a-f]{16}", key_id)
     # the printed public key verifies what the private key in the file signs
-    key = serialization.load_pem_private_key((tmp_path / "k.pem").read_bytes(), password=None)
-    assert isinstance(key, Ed25519PrivateKey)
+    key = load_private_key(tmp_path / "k.pem", passphrase=PASSPHRASE.encode())
     assert verify(public, b"statement", sign(key, b"statement"))
+
+
+def test_generate_at_a_terminal_asks_for_the_passphrase_twice_without_echoing_it(
+    tmp_path, at_a_terminal
+):
+    out = tmp_path / "carol.pem"
+
+    result = run_cli("keys", "generate", "--out", str(out), input=f"{PASSPHRASE}\n" * 2)
+
+    assert result.exit_code == 0, result.stderr
+    assert "Passphrase for" in result.stderr
+    assert "Repeat for confirmation" in result.stderr
+    assert PASSPHRASE not in result.stdout + result.stderr
+    assert is_encrypted(out)
+    public = re.search(r"^public key:\s+(\S+)$", result.stdout, flags=re.MULTILINE)
+    assert public, result.stdout
+    key = load_private_key(out, passphrase=PASSPHRASE.encode())
+    assert public_key_b64(key) == public.group(1)
+
+
+def test_generate_at_a_terminal_writes_nothing_when_the_two_passphrases_differ(
+    tmp_path, at_a_terminal
+):
+    out = tmp_path / "carol.pem"
+
+    result = run_cli("keys", "generate", "--out", str(out), input="one\ntwo\n")
+
+    assert result.exit_code != 0
+    assert "do not match" in result.stderr
+    assert not out.exists()
+    assert "public key" not in result.stdout
+
+
+def test_generate_with_no_terminal_and_no_passphrase_refuses_to_write_a_plain_key(tmp_path):
+    out = tmp_path / "carol.pem"
+
+    result = run_cli("keys", "generate", "--out", str(out), input=f"{PASSPHRASE}\n" * 2)
+
+    assert result.exit_code == 1
+    assert "DRAFTGATE_KEY_PASSPHRASE" in result.stderr
+    assert "--no-encrypt" in result.stderr
+    assert not out.exists()
+    assert "public key" not in result.stdout
+
+
+def test_generate_with_an_empty_passphrase_variable_treats_it_as_unset(tmp_path):
+    out = tmp_path / "carol.pem"
+    result = run_cli("keys", "generate", "--out", str(out), DRAFTGATE_KEY_PASSPHRASE="")
+    assert result.exit_code == 1
+    assert not out.exists()
+
+
+def test_generate_no_encrypt_writes_a_plain_key_and_says_so(tmp_path):
+    out = tmp_path / "carol.pem"
+
+    result = run_cli("keys", "generate", "--out", str(out), "--no-encrypt", umask=0)
+
+    assert result.exit_code == 0, result.stderr
+    pem = out.read_bytes()
+    assert pem.startswith(b"-----BEGIN PRIVATE KEY-----\n")
+    assert isinstance(serialization.load_pem_private_key(pem, password=None), Ed25519PrivateKey)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert "not encrypted" in result.stderr
+    assert "NOT encrypted" in result.stdout
 
 
 def test_generate_makes_a_new_key_every_time(tmp_path):
