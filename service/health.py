@@ -84,17 +84,17 @@ def database_reachable(engine: Engine) -> str:
 def audit_anchored(engine: Engine, settings: Settings) -> str:
     from service.audit.health import checkpoint_health  # the audit domain, only when asked
 
-    try:
-        with Session(engine) as session:
-            health = checkpoint_health(session, settings, now=utcnow())
-    except KEY_FILE_ERRORS:
+    with Session(engine) as session:
+        health = checkpoint_health(session, settings, now=utcnow())
+    if health.ok:
+        return OK
+    if not settings.checkpoint_public_key and settings.resolved_checkpoint_key_file().exists():
         # Without a configured public key the key file is the trust root: one that exists
-        # but cannot be read anchors nothing, and says so instead of failing the probe.
+        # but cannot be read anchors nothing (it trusts no key); name what is wrong with it.
         problem = checkpoint_key_status(settings)
-        if problem == OK:  # not the key file's fault after all
-            raise
-        return f"not anchored: {problem}"
-    return OK if health.ok else f"not anchored: {health.detail}"
+        if problem != OK:
+            return f"not anchored: {problem}"
+    return f"not anchored: {health.detail}"
 
 
 def checkpoint_key_status(settings: Settings) -> str:

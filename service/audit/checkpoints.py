@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlmodel import Session, col, select
 
@@ -62,7 +63,12 @@ def trusted_public_key(settings: Settings) -> str | None:
     if settings.checkpoint_public_key:
         return settings.checkpoint_public_key
     path = settings.resolved_checkpoint_key_file()
-    return public_key_b64(load_private_key(path)) if path.exists() else None
+    try:
+        return public_key_b64(load_private_key(path)) if path.exists() else None
+    except (OSError, ValueError, TypeError, UnsupportedAlgorithm):
+        # An unusable key file trusts nothing: no checkpoint verifies, so nothing reads as
+        # anchored (fail closed), and readiness and doctor say what is wrong with the file.
+        return None
 
 
 def ensure_key(path: Path) -> Ed25519PrivateKey:

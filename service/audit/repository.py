@@ -22,6 +22,12 @@ def get_head(session: Session, tenant: str) -> AuditHead | None:
     return session.get(AuditHead, tenant)
 
 
+def head_seq(session: Session, tenant: str) -> int:
+    """The tenant's last seq (0 for an empty chain), read without loading the head row."""
+    found = session.exec(select(AuditHead.seq).where(col(AuditHead.tenant) == tenant)).first()
+    return found if found is not None else 0
+
+
 def events_for(
     session: Session, tenant: str, *, draft_id: str | None = None, type_: str | None = None
 ) -> list[AuditEvent]:
@@ -39,6 +45,8 @@ def _filtered(tenant: str, filters: EventFilter) -> Any:
         statement = statement.where(col(AuditEvent.at) >= filters.since)
     if filters.until is not None:
         statement = statement.where(col(AuditEvent.at) < filters.until)
+    if filters.through_seq is not None:
+        statement = statement.where(col(AuditEvent.seq) <= filters.through_seq)
     return statement
 
 

@@ -55,16 +55,26 @@ def export_lines(engine: Engine, tenant: str, filters: EventFilter) -> Iterator[
             yield _view(event).model_dump_json() + "\n"
 
 
-def authorize_export(session: Session, principal: Principal, filters: EventFilter) -> None:
-    """Check the right to export and leave a trace that an export happened."""
+def authorize_export(session: Session, principal: Principal, filters: EventFilter) -> EventFilter:
+    """Check the right to export, leave a trace that an export happened, and return the
+    filters the export must stream with.
+
+    The export is bounded at the head as it was before its own ``audit.exported`` event
+    (which the next export contains): the file is then a prefix of the chain, so a
+    checkpoint signed just before the export covers all of it.
+    """
     principal.require(Role.AUDITOR)
+    through = repository.head_seq(session, principal.tenant)
+    if filters.through_seq is not None:
+        through = min(through, filters.through_seq)
     actions.record(
         session,
         tenant=principal.tenant,
         actor=principal.actor,
         type="audit.exported",
-        data={"filters": filters.active()},
+        data={"filters": filters.active(), "through_seq": through},
     )
+    return filters.model_copy(update={"through_seq": through})
 
 
 def verify(

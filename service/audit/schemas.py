@@ -38,6 +38,9 @@ class EventFilter(BaseModel):
     trace_id: str | None = Field(default=None, max_length=32)
     since: datetime | None = None
     until: datetime | None = None
+    # Not a query parameter: the export sets it to the head read before its own
+    # ``audit.exported`` event, so an export is a prefix of the chain (docs/audit.md).
+    through_seq: int | None = Field(default=None, ge=0)
 
     @field_validator("since", "until")
     @classmethod

@@ -32,7 +32,9 @@ class Verification:
 
     @property
     def anchored(self) -> bool:
-        return self.ok and self.anchored_seq == self.head_seq
+        """A verified, signed checkpoint covers the last event. An empty chain with no
+        checkpoint is not anchored either: it may be a log truncated to nothing."""
+        return self.ok and self.checkpoints_checked > 0 and self.anchored_seq == self.head_seq
 
     def report(self) -> dict[str, Any]:
         """The shape of ``GET /v1/audit/verify`` and ``draftgate audit verify --json``."""

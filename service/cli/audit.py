@@ -10,14 +10,23 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import httpx
 import typer
 
 from service.audit import actions as audit
 from service.audit import checkpoints
-from service.audit.offline import ExportError, read_checkpoints, verify_export
+from service.audit.offline import (
+    ExportError,
+    Verdict,
+    read_checkpoints,
+    read_trust_file,
+    trust_document,
+    unanchored_reason,
+    verdict,
+    verify_export,
+)
 from service.audit.verification import Verification
 from service.cli.approver import checked_call
 from service.cli.client import ApiClient, ApiUrlOption, TokenOption
@@ -35,6 +44,7 @@ from service.db import read_scope, session_scope
 from service.errors import DomainError
 from service.signing import key_id_for, parse_public_key, public_key_b64
 from service.sql import utcnow
+from service.text import inert
 
 app = typer.Typer(help="Query, export and verify the audit log.", no_args_is_help=True)
 
@@ -142,18 +152,26 @@ def verify(
         Path | None, typer.Option("--checkpoints", help="Signed checkpoints JSON to check against.")
     ] = None,
     public_key: Annotated[
-        str | None, typer.Option(help="The checkpoint public key you trust (pin it).")
+        str | None, typer.Option(help="With --file: the checkpoint public key you pin.")
+    ] = None,
+    trust_file: Annotated[
+        Path | None,
+        typer.Option(help="With --file: the pinned key, from `audit checkpoint-key --json`."),
     ] = None,
     tenant: TenantOption = None,
     as_json: JsonOption = False,
     api_url: str | None = ApiUrlOption,
     token: str | None = TokenOption,
 ) -> None:
-    """Verify the hash chain: offline (--file), through the API (with a token), or, for
-    operators, straight from the database. Exit 1 naming the first bad seq if tampered."""
+    """Verify the hash chain: offline (--file, with a pinned key), through the API (with a
+    token), or, for operators, straight from the database. Exit 1 naming the first bad seq if
+    tampered; offline also 2 if it cannot verify and 3 if no checkpoint covers the tail."""
     if file is not None:
-        result = _verify_file(file, checkpoints_file, public_key)
-    elif token or os.environ.get("DRAFTGATE_TOKEN"):
+        pinned = _pinned_key(public_key, trust_file)
+        result = _verify_file(file, checkpoints_file, pinned)
+        _print_verdict(result, as_json, offline=True)
+        raise typer.Exit(code=int(verdict(result)))
+    if token or os.environ.get("DRAFTGATE_TOKEN"):
         api = ApiClient.from_options(api_url, token)
         report = checked_call(lambda: api.get("/v1/audit/verify"))
         result = Verification(
@@ -164,6 +182,8 @@ def verify(
             report["first_bad_seq"],
             report.get("problem"),
             report.get("checkpoints_checked", 0),
+            anchored_seq=report.get("anchored_seq", 0),
+            checkpoint_problem=report.get("checkpoint_problem"),
         )
     else:
         with runtime() as rt, read_scope(rt.engine) as session:
@@ -172,9 +192,9 @@ def verify(
                 tenant_or_default(tenant),
                 checkpoint_public_key=checkpoints.trusted_public_key(rt.settings),
             )
-    _print_verdict(result, as_json)
+    _print_verdict(result, as_json, offline=False)
     if not result.ok:
-        raise typer.Exit(code=1)
+        raise typer.Exit(code=int(Verdict.TAMPERED))
 
 
 @app.command("checkpoint")
@@ -196,6 +216,9 @@ def checkpoint_key(
     generate: Annotated[
         bool, typer.Option("--generate", help="Create the key if missing.")
     ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the trust file auditors pass to --trust-file.")
+    ] = False,
 ) -> None:
     """Print the checkpoint public key auditors should pin (operators)."""
     path = get_settings().resolved_checkpoint_key_file()
@@ -204,6 +227,9 @@ def checkpoint_key(
     except DomainError as error:
         fail(error)
     public = public_key_b64(key)
+    if as_json:
+        print_json(trust_document(public))
+        return
     typer.echo(f"key file:   {path}")
     typer.echo(f"public key: {public}")
     typer.echo(f"key id:     {key_id_for(public)}")
@@ -235,42 +261,70 @@ def trace(
     typer.echo(f"diagnosis: {view['diagnosis']}")
 
 
-def _verify_file(file: Path, checkpoints_file: Path | None, public_key: str | None) -> Verification:
+def _pinned_key(public_key: str | None, trust_file: Path | None) -> str:
+    """The checkpoint public key the auditor pins; the checkpoints file's own is never it."""
+    if public_key is not None and trust_file is not None:
+        _cannot_verify("give --public-key or --trust-file, not both")
+    if trust_file is not None:
+        try:
+            public_key = read_trust_file(trust_file.read_text(encoding="utf-8"))
+        except (ExportError, OSError, UnicodeDecodeError) as exc:
+            _cannot_verify(f"{trust_file}: {exc}")
+    if public_key is None:
+        _cannot_verify(
+            "no pinned checkpoint key: pass --public-key <key> or --trust-file <file> "
+            "(an operator prints it with `draftgate audit checkpoint-key --json`); "
+            "the key inside a checkpoints file is never trusted"
+        )
+    try:
+        parse_public_key(public_key)
+    except ValueError as exc:
+        _cannot_verify(f"--public-key is not an Ed25519 public key: {exc}")
+    return public_key
+
+
+def _verify_file(file: Path, checkpoints_file: Path | None, public_key: str) -> Verification:
     stored: list[dict[str, Any]] = []
+    claimed_key: str | None = None
     try:
         if checkpoints_file is not None:
             stored, claimed_key = read_checkpoints(checkpoints_file.read_text(encoding="utf-8"))
-            if public_key is None:
-                if claimed_key is None:
-                    fail("the checkpoints file names no public key; pass --public-key")
-                typer.echo(
-                    "warning: trusting the public key inside the checkpoints file; "
-                    "pin it with --public-key",
-                    err=True,
-                )
-                public_key = claimed_key
-        if public_key is not None:
-            parse_public_key(public_key)
         with file.open(encoding="utf-8") as lines:
-            return verify_export(lines, checkpoints=stored, checkpoint_public_key=public_key)
+            return verify_export(
+                lines,
+                checkpoints=stored,
+                checkpoint_public_key=public_key,
+                claimed_public_key=claimed_key,
+            )
     except (ExportError, OSError, ValueError) as exc:
-        fail(str(exc))
+        _cannot_verify(str(exc))
 
 
-def _print_verdict(result: Verification, as_json: bool) -> None:
+def _cannot_verify(message: str) -> NoReturn:
+    typer.echo(inert(f"error: {message}"), err=True)  # may quote the files being verified
+    raise typer.Exit(code=int(Verdict.CANNOT_VERIFY))
+
+
+def _print_verdict(result: Verification, as_json: bool, *, offline: bool) -> None:
+    unanchored = result.ok and not result.anchored
     if as_json:
         print_json(result.report())
-    elif result.ok:
+    elif not result.ok:
+        where = f"first bad seq {result.first_bad_seq}: " if result.first_bad_seq else ""
+        verified = f" ({result.events_checked} events verified before it)" if where else ""
+        typer.echo(inert(f"TAMPERED: {where}{result.problem}{verified}"), err=True)
+    elif not (offline and unanchored):
         typer.echo(
             f"ok: {result.events_checked} events verify; head seq {result.head_seq} "
             f"hash {result.head_hash}; {result.checkpoints_checked} checkpoints agree"
+            + (f"; anchored at seq {result.anchored_seq}" if result.anchored else "")
         )
-    else:
-        typer.echo(
-            f"TAMPERED: first bad seq {result.first_bad_seq}: {result.problem} "
-            f"({result.events_checked} events verified before it)",
-            err=True,
-        )
+    if offline and unanchored:
+        typer.echo(unanchored_reason(result), err=True)  # exit 3: said even with --json
+    elif unanchored and not as_json:
+        # A live log is always a little ahead of its newest checkpoint, and the server's
+        # head row vouches for the tail: a warning, not a failure (docs/audit.md).
+        typer.echo(f"warning: {unanchored_reason(result)}", err=True)
 
 
 def _detail(event: dict[str, Any]) -> str:

@@ -17,6 +17,7 @@ from service.audit.verification import verify_chain
 from service.db import read_scope, session_scope
 from service.errors import DomainError
 from service.health import readiness
+from service.signing import public_key_b64
 from service.sql import utcnow
 
 TENANT = "demo"
@@ -133,3 +134,14 @@ def test_the_checkpoint_task_fails_loudly_without_its_key(runtime, monkeypatch):
     with pytest.raises(DomainError) as failed:
         tasks.checkpoint.run()
     assert failed.value.code == "CHECKPOINT_KEY_MISSING"
+
+
+def test_an_empty_chain_is_not_anchored(runtime):
+    """No checkpoint says how long the log was, so a log cut to nothing looks just like it
+    (before: seq 0 == anchored seq 0 counted as anchored)."""
+    key = public_key_b64(checkpoints.ensure_key(runtime.settings.resolved_checkpoint_key_file()))
+    with read_scope(runtime.engine) as session:
+        result = audit.verify(session, "nobody-yet", checkpoint_public_key=key)
+    assert result.ok
+    assert (result.anchored, result.anchored_seq, result.head_seq) == (False, 0, 0)
+    assert verify_chain([]).anchored is False

@@ -89,9 +89,9 @@ def list_events(
 def export(
     session: Unit, runtime: RuntimeDep, principal: Auditor, query: FiltersDep
 ) -> StreamingResponse:
-    filters = query.build()
-    review.authorize_export(session, principal, filters)
-    # The stream reads its own snapshot after this unit (and its audit event) committed.
+    filters = review.authorize_export(session, principal, query.build())
+    # The stream reads its own snapshot after this unit (and its audit event) committed;
+    # the returned filters stop it at the head before that event.
     return StreamingResponse(
         review.export_lines(runtime.engine, principal.tenant, filters),
         media_type="application/x-ndjson",

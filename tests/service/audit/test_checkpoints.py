@@ -36,7 +36,7 @@ from service.audit import checkpoints
 from service.audit import repository as audit_repository
 from service.audit.chain import event_hash
 from service.audit.models import AuditCheckpoint, AuditEvent, AuditHead
-from service.audit.offline import read_checkpoints, verify_export
+from service.audit.offline import Verdict, read_checkpoints, verdict, verify_export
 from service.audit.verification import Verification, verify_chain
 from service.canonical import canonical_json
 from service.config import Settings
@@ -216,7 +216,26 @@ def test_a_clean_log_verifies_on_the_server_and_offline_with_every_checkpoint(lo
     assert report["checkpoints_checked"] == 3
     assert offline.ok is True, offline.problem
     assert offline.checkpoints_checked == 3
-    assert offline.events_checked == len(events) + 1  # the export records itself first
+    assert offline.events_checked == len(events)  # the export stops before its own event
+    # The log went on after the third checkpoint: both say so, under the same names.
+    assert (report["anchored"], report["anchored_seq"]) == (False, log.checkpointed[-1])
+    assert (offline.anchored, offline.anchored_seq) == (False, log.checkpointed[-1])
+    assert verdict(offline) is Verdict.UNANCHORED
+
+
+@both_backends
+def test_an_export_taken_right_after_a_checkpoint_is_anchored_offline(log):
+    """Before: the export's own ``audit.exported`` event followed the checkpoint, so no
+    export could ever be fully covered by a checkpoint taken before it."""
+    [made] = checkpoint_now(log.runtime)
+
+    offline = offline_verify(log, download_checkpoints(log))
+
+    assert offline.ok is True, offline.problem
+    assert (offline.head_seq, offline.anchored_seq, offline.anchored) == (made.seq, made.seq, True)
+    assert verdict(offline) is Verdict.OK
+    assert events_of(log.runtime)[-1].type == "audit.exported"
+    assert events_of(log.runtime)[-1].seq == made.seq + 1
 
 
 @both_backends
@@ -310,11 +329,9 @@ def test_a_truncated_tail_with_the_head_moved_back_is_caught_only_by_a_checkpoin
 
     assert_detected(report, keep + 1, "truncated")
     assert report["events_checked"] == keep
-    # Offline, the export's own audit event already sits at keep + 1 (the chain went on
-    # from the cut), so the checkpoint disagrees at or before its seq.
-    assert offline.ok is False
-    assert keep < offline.first_bad_seq <= last_checkpoint, offline
-    assert "truncated" in offline.problem or "rewritten" in offline.problem
+    # Offline too: the export stops at the moved head, before its own event.
+    assert_detected(offline, keep + 1, "truncated")
+    assert offline.events_checked == keep
 
 
 def test_a_truncation_is_caught_offline_with_saved_checkpoints_even_if_they_are_deleted(log):

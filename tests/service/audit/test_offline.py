@@ -22,7 +22,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from mcp_adapter.tools import ToolDoor
 from service.api.app import create_app
-from service.audit.offline import ExportError, read_checkpoints, verify_export
+from service.audit.offline import (
+    ExportError,
+    Verdict,
+    read_checkpoints,
+    read_trust_file,
+    trust_document,
+    unanchored_reason,
+    verdict,
+    verify_export,
+)
 from service.tracing import new_trace_id
 from tests.support.approvals import bearer
 from tests.support.servers import serve
@@ -392,6 +401,147 @@ def test_the_checkpoints_file_is_read_with_the_key_it_claims(key):
 def test_a_checkpoints_file_that_is_not_one_is_an_error(text):
     with pytest.raises(ExportError):
         read_checkpoints(text)
+
+
+# --- anchoring: the verdict and its exit code ----------------------------------------------
+
+
+def test_a_chain_covered_to_its_last_event_by_a_pinned_checkpoint_is_anchored(key):
+    events = chain("acme", 6)
+
+    result = verify_export(
+        lines_of(events),
+        checkpoints=[key.checkpoint("acme", 6, events[-1]["hash"])],
+        checkpoint_public_key=key.public,
+    )
+
+    assert (result.anchored, result.anchored_seq) == (True, 6)
+    assert verdict(result) is Verdict.OK
+
+
+@pytest.mark.parametrize("checkpointed", [[], [4], [2, 4]], ids=["zero", "one", "two"])
+def test_a_chain_that_links_but_whose_tail_no_checkpoint_covers_is_unanchored(key, checkpointed):
+    """Before: both verified ``ok`` (exit 0), though deleting the tail could not be noticed."""
+    events = chain("acme", 6)
+    given = [key.checkpoint("acme", seq, events[seq - 1]["hash"]) for seq in checkpointed]
+
+    result = verify_export(lines_of(events), checkpoints=given, checkpoint_public_key=key.public)
+
+    newest = max(checkpointed, default=0)
+    assert result.ok is True
+    assert (result.anchored, result.anchored_seq) == (False, newest)
+    assert verdict(result) is Verdict.UNANCHORED
+    reason = unanchored_reason(result)
+    assert reason.startswith("unanchored: truncation of the tail cannot be detected")
+    assert f"seq {newest + 1} to 6" in reason
+
+
+def test_an_empty_export_without_checkpoints_is_unanchored_not_ok():
+    result = verify_export([], checkpoint_public_key=CheckpointKey().public)
+
+    assert result.ok is True
+    assert result.anchored is False
+    assert verdict(result) is Verdict.UNANCHORED
+    assert "empty" in unanchored_reason(result)
+
+
+def test_a_tampered_chain_is_tampered_whatever_its_anchoring(key):
+    events = chain("acme", 6)
+    events[2] = {**events[2], "actor": "approver:mallory"}
+
+    result = verify_export(lines_of(events), checkpoint_public_key=key.public)
+
+    assert verdict(result) is Verdict.TAMPERED
+    assert result.first_bad_seq == 3
+
+
+def test_exit_codes_are_the_documented_ones():
+    assert [(v.name, int(v)) for v in Verdict] == [
+        ("OK", 0),
+        ("TAMPERED", 1),
+        ("CANNOT_VERIFY", 2),
+        ("UNANCHORED", 3),
+    ]
+
+
+# --- pinning: the key inside the checkpoints file is never trusted --------------------------
+
+
+def test_a_checkpoints_file_naming_another_key_than_the_pinned_one_fails(key):
+    """The rewriter's own key signs the rewritten chain and is named by the file: the
+    signatures are fine, but not by the pinned key, so they never count."""
+    forger = CheckpointKey()
+    events = chain("acme", 5)
+    stored, claimed = read_checkpoints(
+        forger.document("acme", [forger.checkpoint("acme", 5, events[-1]["hash"])])
+    )
+
+    result = verify_export(
+        lines_of(events),
+        checkpoints=stored,
+        checkpoint_public_key=key.public,
+        claimed_public_key=claimed,
+    )
+
+    assert result.ok is False
+    assert "unpinned key never count" in result.problem
+    assert forger.key_id in result.problem
+    assert verdict(result) is Verdict.TAMPERED
+
+
+def test_a_checkpoints_file_naming_the_pinned_key_verifies(key):
+    events = chain("acme", 5)
+    stored, claimed = read_checkpoints(
+        key.document("acme", [key.checkpoint("acme", 5, events[-1]["hash"])])
+    )
+
+    result = verify_export(
+        lines_of(events),
+        checkpoints=stored,
+        checkpoint_public_key=key.public,
+        claimed_public_key=claimed,
+    )
+
+    assert verdict(result) is Verdict.OK, result.problem
+
+
+def documented_trust_file(key: CheckpointKey) -> str:
+    return json.dumps(
+        {"type": "draftgate.checkpoint_key.v1", "public_key": key.public, "key_id": key.key_id}
+    )
+
+
+def test_the_trust_file_is_read_as_documented(key):
+    assert read_trust_file(documented_trust_file(key)) == key.public
+    assert json.loads(documented_trust_file(key)) == trust_document(key.public)
+    without_id = json.dumps({"type": "draftgate.checkpoint_key.v1", "public_key": key.public})
+    assert read_trust_file(without_id) == key.public
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda k: k.document("acme", []), id="a-checkpoints-file"),
+        pytest.param(lambda k: k.public, id="the-bare-key"),
+        pytest.param(lambda k: json.dumps({"public_key": k.public}), id="no-type"),
+        pytest.param(
+            lambda k: documented_trust_file(k).replace(k.key_id, "ed25519-" + "0" * 16),
+            id="key-id-of-another-key",
+        ),
+        pytest.param(
+            lambda k: json.dumps({"type": "draftgate.checkpoint_key.v1", "public_key": "abc"}),
+            id="not-a-key",
+        ),
+        pytest.param(
+            lambda k: json.dumps({"type": "draftgate.checkpoint_key.v1", "public_key": 7}),
+            id="key-not-a-string",
+        ),
+        pytest.param(lambda k: "[]", id="a-list"),
+    ],
+)
+def test_what_is_not_a_trust_file_is_refused(key, make):
+    with pytest.raises(ExportError, match="trust file"):
+        read_trust_file(make(key))
 
 
 # --- a filtered export from the real API ----------------------------------------------------

@@ -287,7 +287,9 @@ def test_an_auditor_of_another_tenant_sees_only_its_own_chain(runtime, demo, api
     acme_events = [as_exported(e) for e in db_events(runtime, "acme")]
     assert [e["type"] for e in seen] == ["test.acme", "token.issued"]
     assert seen == acme_events[:2]
-    assert exported == acme_events  # its own audit.exported event included, nothing of demo
+    # Nothing of demo, and the chain up to (not including) the export's own event.
+    assert exported == acme_events[:-1]
+    assert acme_events[-1]["type"] == "audit.exported"
     assert get(api, f"/v1/traces/{trace_id}", bearer(acme)).status_code == 404
     assert get(api, f"/v1/traces/{trace_id}", auditor(demo)).status_code == 200
 
@@ -644,9 +646,36 @@ def test_the_export_is_ndjson_of_exactly_the_hashed_fields_and_equals_the_databa
         assert line["prev_hash"] == previous
         assert line["hash"] == documented_hash(line)
         previous = line["hash"]
-    # Everything in the database, nothing else; the export's own audit event included.
-    assert lines == [as_exported(e) for e in db_events(runtime)]
-    assert lines[-1]["type"] == "audit.exported"
+    # Everything in the database up to the export's own audit event, which comes next.
+    *before, own = db_events(runtime)
+    assert lines == [as_exported(e) for e in before]
+    assert (own.type, own.seq, own.data["through_seq"]) == (
+        "audit.exported",
+        len(lines) + 1,
+        len(lines),
+    )
+
+
+@both_backends
+def test_an_export_stops_at_the_head_before_its_own_event(runtime, demo, api, varied_log):
+    """Before: the stream read its snapshot after the ``audit.exported`` event committed, so
+    every export ended with an event no checkpoint taken before it could cover."""
+    first = export_lines(api, demo)
+    second = export_lines(api, demo)
+    typed = export_lines(api, demo, type="audit.exported")
+
+    events = db_events(runtime)
+    exports = [e for e in events if e.type == "audit.exported"]
+    assert [e.data["through_seq"] for e in exports] == [
+        first[-1]["seq"],
+        second[-1]["seq"],
+        exports[1].seq,
+    ]
+    assert first == [as_exported(e) for e in events if e.seq < exports[0].seq]
+    # The second export holds the first one's event, and stops right before its own.
+    assert second == [as_exported(e) for e in events if e.seq < exports[1].seq]
+    assert second[-1]["type"] == "audit.exported"
+    assert typed == [as_exported(e) for e in exports[:2]]
 
 
 @both_backends
@@ -667,8 +696,8 @@ def test_the_export_takes_the_same_filters_as_the_query(runtime, demo, api, vari
         exported = export_lines(api, demo, **chosen)
 
         assert listed, f"the filter matches something: {chosen}"
-        # The query ran before the export was audited; the export may see its own event (and
-        # those of the exports before it) only when that event matches the filter too.
+        # The query ran before the export was audited; the export stops before its own
+        # event but sees those of the exports before it when they match the filter too.
         assert [e for e in exported if e["type"] != "audit.exported"] == listed, chosen
 
 
@@ -682,7 +711,8 @@ def test_each_export_is_audited_with_who_and_which_filters(runtime, demo, api, v
     exported = [e for e in db_events(runtime) if e.type == "audit.exported"]
     assert len(exported) == 2
     assert all(e.actor == "auditor:audrey" for e in exported)
-    assert exported[0].data == {"filters": {}}
+    assert exported[0].data == {"filters": {}, "through_seq": exported[0].seq - 1}
+    assert exported[1].data["through_seq"] == exported[1].seq - 1
     filters = exported[1].data["filters"]
     assert set(filters) == {"type", "trace_id", "since"}
     assert (filters["type"], filters["trace_id"]) == ("tool.called", varied_log["trace_a"])

@@ -248,11 +248,11 @@ def test_audit_export_writes_the_whole_log_as_ndjson(runtime, demo, api, interac
 
     assert result.exit_code == 0, result.stderr
     lines = [json.loads(line) for line in out.read_text().splitlines()]
-    events = db_events(runtime)
+    *events, own = db_events(runtime)
     assert [(line["seq"], line["hash"]) for line in lines] == [(e.seq, e.hash) for e in events]
     assert f"exported {len(lines)} events to {out}" in result.stdout
-    assert lines[-1]["type"] == "audit.exported"
-    assert lines[-1]["actor"] == "auditor:audrey"
+    # The export is recorded, right after the head it stopped at.
+    assert (own.type, own.actor, own.seq) == ("audit.exported", "auditor:audrey", len(lines) + 1)
 
 
 def test_audit_checkpoints_writes_the_signed_checkpoints(demo, api, interaction, tmp_path):
@@ -349,8 +349,13 @@ def test_offline_verify_of_a_tampered_export_exits_1_naming_the_first_bad_seq(
     )
     (tmp_path / "dropped.ndjson").write_text("".join(clean[:6] + clean[7:]))
 
-    edited_result = verify_offline(tmp_path, "--file", str(tmp_path / "edited.ndjson"))
-    dropped_result = verify_offline(tmp_path, "--file", str(tmp_path / "dropped.ndjson"))
+    pinned = interaction["public_key"]
+    edited_result = verify_offline(
+        tmp_path, "--file", str(tmp_path / "edited.ndjson"), public_key=pinned
+    )
+    dropped_result = verify_offline(
+        tmp_path, "--file", str(tmp_path / "dropped.ndjson"), public_key=pinned
+    )
 
     assert edited_result.exit_code == 1
     assert "TAMPERED: first bad seq 5" in edited_result.stderr
@@ -384,7 +389,9 @@ def test_offline_verify_catches_a_rewritten_database_with_the_saved_checkpoints(
         connection.execute(update(HEADS).where(HEADS.c.tenant == "demo").values(hash=previous))
     export_to(api, demo, tmp_path / "audit.ndjson")
 
-    without = verify_offline(tmp_path, "--file", str(tmp_path / "audit.ndjson"))
+    without = verify_offline(
+        tmp_path, "--file", str(tmp_path / "audit.ndjson"), public_key=interaction["public_key"]
+    )
     checked = verify_offline(
         tmp_path,
         "--file",
@@ -394,7 +401,8 @@ def test_offline_verify_catches_a_rewritten_database_with_the_saved_checkpoints(
         public_key=interaction["public_key"],
     )
 
-    assert without.exit_code == 0, "the chain alone was rewritten consistently"
+    assert without.exit_code == 3, "the chain alone was rewritten consistently: unanchored"
+    assert without.stderr.startswith("unanchored: truncation of the tail cannot be detected")
     assert checked.exit_code == 1
     checkpointed = json.loads((tmp_path / "checkpoints.json").read_text())["checkpoints"][0]
     assert f"TAMPERED: first bad seq {checkpointed['seq']}" in checked.stderr
@@ -416,10 +424,10 @@ def test_offline_verify_with_a_wrong_public_key_exits_1(demo, api, interaction, 
     )
 
     assert result.exit_code == 1
-    assert "not signed by the checkpoint key" in result.stderr
+    assert "unpinned key never count" in result.stderr
 
 
-def test_offline_verify_without_a_pinned_key_warns_that_it_trusts_the_file(
+def test_offline_verify_without_a_pinned_key_refuses_to_trust_the_file(
     demo, api, interaction, tmp_path
 ):
     export_to(api, demo, tmp_path / "audit.ndjson")
@@ -433,8 +441,9 @@ def test_offline_verify_without_a_pinned_key_warns_that_it_trusts_the_file(
         str(tmp_path / "checkpoints.json"),
     )
 
-    assert result.exit_code == 0, result.stderr
-    assert "warning: trusting the public key inside the checkpoints file" in result.stderr
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: no pinned checkpoint key")
+    assert result.stdout == ""
 
 
 @pytest.mark.parametrize(
