@@ -88,4 +88,7 @@ def create_http_app(runtime: Runtime) -> ASGIApp:
     return Outage(limited, unavailable=unavailable)
 
 
-MAX_BODY_DEPTH = 64
+# Deep enough that arguments far too deep for the core (max_argument_depth) still reach it
+# and get a tool error the model can read; shallow enough for the SDK's JSON-RPC parser
+# (pydantic-core gives up near 200 levels, which the client would only see as -32603).
+MAX_BODY_DEPTH = 128

@@ -261,6 +261,13 @@ BAD_INPUT = [
         "propose_refund", _refund(amount=_nested(50)), ["nested too deeply"], id="nested-50-levels"
     ),
     pytest.param(
+        # Deeper than the body guard used to allow (64): still a tool error, not -32603.
+        "propose_refund",
+        _refund(amount=_nested(110)),
+        ["nested too deeply"],
+        id="nested-110-levels",
+    ),
+    pytest.param(
         "propose_change_shipping_address",
         {"order_id": PAID, "address": {**ADDRESS, "lines": [[[[[["x"]]]]]]}},
         ["nested too deeply"],
