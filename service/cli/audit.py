@@ -33,6 +33,7 @@ from service.cli.client import ApiClient, ApiUrlOption, TokenOption
 from service.cli.common import (
     JsonOption,
     TenantOption,
+    echo,
     fail,
     print_json,
     print_table,
@@ -99,7 +100,7 @@ def events(
         ],
     )
     if page.get("next_cursor"):
-        typer.echo(f"more: --cursor {page['next_cursor']}")
+        echo(f"more: --cursor {page['next_cursor']}")
 
 
 @app.command("export")
@@ -247,18 +248,17 @@ def trace(
     if as_json:
         print_json(view)
         return
-    typer.echo(f"trace {view['trace_id']}")
+    # Steps summarise what agents sent and got back: shown inert, like every line for people.
+    echo(f"trace {view['trace_id']}")
     for draft in view["drafts"]:
         execution = draft.get("execution") or {}
-        typer.echo(
+        echo(
             f"  draft {draft['draft_id']} ({draft['action']}): {draft['status']}"
             + (f", execution {execution['status']}" if execution else "")
         )
     for step in view["steps"]:
-        typer.echo(
-            f"  {step['at'][11:23]}  #{step['seq']:<6} {step['actor']:<26} {step['summary']}"
-        )
-    typer.echo(f"diagnosis: {view['diagnosis']}")
+        echo(f"  {step['at'][11:23]}  #{step['seq']:<6} {step['actor']:<26} {step['summary']}")
+    echo(f"diagnosis: {view['diagnosis']}")
 
 
 def _pinned_key(public_key: str | None, trust_file: Path | None) -> str:

@@ -951,3 +951,31 @@ def test_approve_shows_hostile_text_as_visible_escapes_before_asking(alice_pem, 
     assert "Sign this approve of revision 2?" in result.stdout
     assert_inert(result.stdout)
     assert [method for method, _ in received] == ["GET"]
+
+
+def test_trace_prints_hostile_text_as_visible_escapes(monkeypatch):
+    """An agent's tool calls are summarised in the trace; the auditor's terminal shows them
+    inert (the API refuses such text on the way in, but not every row came through it)."""
+    from service.cli.client import ApiClient
+
+    trace_id = "a" * 32
+    view = {
+        "trace_id": trace_id,
+        "drafts": [{"draft_id": DRAFT_ID, "action": f"refund{RTL_OVERRIDE}", "status": "proposed"}],
+        "steps": [
+            {
+                "at": "2026-12-01T12:00:00.000000Z",
+                "seq": 7,
+                "actor": f"agent:bot{ZERO_WIDTH}",
+                "summary": f"ok{CONCEAL} really 2500.00{RTL_OVERRIDE}DSU{ZERO_WIDTH}",
+            }
+        ],
+        "diagnosis": f"waiting{CONCEAL} for approval",
+    }
+    monkeypatch.setattr(ApiClient, "get", lambda self, path, **params: view)
+
+    result = run_cli("trace", trace_id, api_url="http://127.0.0.1:9", token="dg_fake")
+
+    assert result.exit_code == 0, result.stderr
+    assert_inert(result.stdout)
+    assert "really 2500.00\\u202eDSU\\u200b" in result.stdout
