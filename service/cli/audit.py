@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -17,6 +18,7 @@ import typer
 
 from service.audit import actions as audit
 from service.audit import checkpoints
+from service.audit.health import anchoring_problem
 from service.audit.offline import (
     ExportError,
     Verdict,
@@ -188,11 +190,13 @@ def verify(
         )
     else:
         with runtime() as rt, read_scope(rt.engine) as session:
+            name = tenant_or_default(tenant)
             result = audit.verify(
-                session,
-                tenant_or_default(tenant),
-                checkpoint_public_key=checkpoints.trusted_public_key(rt.settings),
+                session, name, checkpoint_public_key=checkpoints.trusted_public_key(rt.settings)
             )
+            # As the API's verify does: flag a chain whose checkpoints are overdue.
+            problem = anchoring_problem(session, rt.settings, name, now=utcnow())
+            result = replace(result, checkpoint_problem=problem)
     _print_verdict(result, as_json, offline=False)
     if not result.ok:
         raise typer.Exit(code=int(Verdict.TAMPERED))
@@ -325,6 +329,8 @@ def _print_verdict(result: Verification, as_json: bool, *, offline: bool) -> Non
         # A live log is always a little ahead of its newest checkpoint, and the server's
         # head row vouches for the tail: a warning, not a failure (docs/audit.md).
         typer.echo(f"warning: {unanchored_reason(result)}", err=True)
+    if result.checkpoint_problem and not as_json:  # e.g. overdue: checkpointing has stopped
+        typer.echo(inert(f"warning: checkpoints: {result.checkpoint_problem}"), err=True)
 
 
 def _detail(event: dict[str, Any]) -> str:

@@ -145,3 +145,29 @@ def test_an_empty_chain_is_not_anchored(runtime):
     assert result.ok
     assert (result.anchored, result.anchored_seq, result.head_seq) == (False, 0, 0)
     assert verify_chain([]).anchored is False
+
+
+def test_the_operators_verify_flags_overdue_checkpoints(runtime):
+    from tests.support import cli
+
+    checkpoints.ensure_key(runtime.settings.resolved_checkpoint_key_file())
+    note(runtime)
+    sign_now(runtime)
+    note(runtime)  # events after the newest checkpoint...
+    env = {
+        "DRAFTGATE_DATABASE_URL": runtime.settings.database_url,
+        "DRAFTGATE_STATE_DIR": str(runtime.settings.state_dir),
+        "DRAFTGATE_DEFAULT_TENANT": TENANT,
+    }
+
+    on_time = cli.run("audit", "verify", env=env)
+    # ...judged by a deployment checkpointing every microsecond: long overdue.
+    overdue = cli.run(
+        "audit", "verify", env={**env, "DRAFTGATE_CHECKPOINT_INTERVAL_SECONDS": "1e-6"}
+    )
+
+    assert on_time.exit_code == 0, on_time.stderr
+    assert "checkpoints:" not in on_time.stderr
+    assert overdue.exit_code == 0, overdue.stderr
+    assert "warning: checkpoints:" in overdue.stderr
+    assert "older than twice the checkpoint interval" in overdue.stderr
