@@ -7,6 +7,7 @@ statement does not match them.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -88,12 +89,28 @@ def show_draft(
         _render(draft)
 
 
+WaitOption = Annotated[
+    bool,
+    typer.Option(
+        "--wait",
+        help="Follow the execution to its end; exit 1 unless it succeeded.",
+    ),
+]
+WaitTimeoutOption = Annotated[
+    float, typer.Option("--timeout", min=1, help="With --wait: give up after this many seconds.")
+]
+FINAL_EXECUTION_STATUSES = frozenset({"succeeded", "failed", "expired"})
+POLL_SECONDS = 0.2
+
+
 def approve(
     draft_id: str,
     key: KeyOption,
     execute: Annotated[
         bool, typer.Option("--execute", help="Request execution once approved.")
     ] = False,
+    wait: WaitOption = False,
+    timeout: WaitTimeoutOption = 120,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
     api_url: str | None = ApiUrlOption,
     token: str | None = TokenOption,
@@ -109,7 +126,7 @@ def approve(
         if draft["status"] != "approved":
             echo("not executing yet: the policy needs more approvals")
             return
-        _request_execution(api, draft_id)
+        _request_execution(api, draft_id, wait=timeout if wait else None)
 
 
 def reject(
@@ -127,10 +144,16 @@ def reject(
 
 
 def execute(
-    draft_id: str, api_url: str | None = ApiUrlOption, token: str | None = TokenOption
+    draft_id: str,
+    wait: WaitOption = False,
+    timeout: WaitTimeoutOption = 120,
+    api_url: str | None = ApiUrlOption,
+    token: str | None = TokenOption,
 ) -> None:
     """Request execution of an approved draft (repeating it returns the same execution)."""
-    _request_execution(ApiClient.from_options(api_url, token), draft_id)
+    _request_execution(
+        ApiClient.from_options(api_url, token), draft_id, wait=timeout if wait else None
+    )
 
 
 @executions_app.command("show")
@@ -215,9 +238,28 @@ def _decide(
     )
 
 
-def _request_execution(api: ApiClient, draft_id: str) -> None:
+def _request_execution(api: ApiClient, draft_id: str, *, wait: float | None) -> None:
+    """Request the execution; with ``wait`` (seconds), follow it until it ends."""
     accepted = checked_call(lambda: api.post(f"/v1/drafts/{draft_id}/execute"))
-    echo(f"execution {accepted['execution_id']}: {accepted['status']}")
+    execution_id, status = accepted["execution_id"], accepted["status"]
+    echo(f"execution {execution_id}: {status}")
+    if wait is None:
+        return
+    deadline = time.monotonic() + wait
+    while True:
+        execution = checked_call(lambda: api.get(f"/v1/executions/{execution_id}"))
+        if execution["status"] != status:
+            status = execution["status"]
+            echo(f"execution {execution_id}: {status}")
+        if status in FINAL_EXECUTION_STATUSES:
+            break
+        if time.monotonic() > deadline:
+            fail(f"execution {execution_id} is still {status} after {wait:g} s")
+        time.sleep(POLL_SECONDS)
+    if execution.get("outcome"):
+        echo(f"outcome: {execution['outcome'].get('summary')}")
+    if status != "succeeded":
+        fail(f"execution {execution_id} {status}: {(execution.get('error') or {}).get('message')}")
 
 
 def _render(draft: dict[str, Any]) -> None:

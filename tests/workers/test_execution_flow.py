@@ -244,11 +244,11 @@ async def test_the_approver_cli_approves_and_executes(stack):
             "DRAFTGATE_API_URL": stack.api_url,
             "DRAFTGATE_TOKEN": demo["tokens"]["approver_alice"],
         }
-        draftgate = Path(sys.executable).parent / "draftgate"
+        draftgate = str(Path(sys.executable).parent / "draftgate")
         key_file = demo["approvers"]["alice"]["private_key_file"]
         completed = await anyio.to_thread.run_sync(
             lambda: subprocess.run(
-                [str(draftgate), "approve", draft_id, "--key", key_file, "--yes", "--execute"],
+                [draftgate, "approve", draft_id, "--key", key_file, "--yes", "--execute", "--wait"],
                 env=env,
                 check=False,
                 capture_output=True,
@@ -258,8 +258,11 @@ async def test_the_approver_cli_approves_and_executes(stack):
         )
         assert completed.returncode == 0, completed.stdout + completed.stderr
         assert "approved revision 1" in completed.stdout
-        [line] = [x for x in completed.stdout.splitlines() if x.startswith("execution exe_")]
-        execution_id = line.split()[1].rstrip(":")
+        lines = [x for x in completed.stdout.splitlines() if x.startswith("execution exe_")]
+        execution_id = lines[0].split()[1].rstrip(":")
+        # --wait followed it to its end: the last status line, then the outcome.
+        assert lines[-1] == f"execution {execution_id}: succeeded", completed.stdout
+        assert "outcome: refunded " in completed.stdout, completed.stdout
 
         view = await wait_for_agent_draft(agent, draft_id, FINISHED)
     assert view["status"] == "succeeded", worker_log(stack)

@@ -641,9 +641,13 @@ class StandIn:
     def __init__(self) -> None:
         self.draft: dict[str, Any] = {}
         self.received: list[tuple[str, str]] = []
+        # What GET /v1/executions/<id> answers, one after another (the last one repeats).
+        self.executions: list[dict[str, Any]] = []
 
-    def show(self, draft: dict[str, Any]) -> list[tuple[str, str]]:
-        self.draft, self.received = draft, []
+    def show(
+        self, draft: dict[str, Any], executions: list[dict[str, Any]] | None = None
+    ) -> list[tuple[str, str]]:
+        self.draft, self.received, self.executions = draft, [], list(executions or [])
         return self.received
 
     def app(self) -> Starlette:
@@ -656,6 +660,13 @@ class StandIn:
                 return JSONResponse(self.draft)
             if request.method == "GET" and request.url.path == "/v1/drafts":
                 return JSONResponse({"drafts": [listed(self.draft)], "next_cursor": None})
+            if request.method == "POST" and request.url.path.endswith("/execute"):
+                return JSONResponse(
+                    {"execution_id": EXECUTION_ID, "status": "queued"}, status_code=202
+                )
+            if request.method == "GET" and request.url.path == f"/v1/executions/{EXECUTION_ID}":
+                answer = self.executions[0] if len(self.executions) == 1 else self.executions.pop(0)
+                return JSONResponse(answer)
             if request.method == "POST" and request.url.path.endswith("/approvals"):
                 return JSONResponse(
                     {**self.draft, "status": "approved", "statement_to_sign": None},
@@ -680,7 +691,7 @@ def stand_in_server() -> Iterator[tuple[StandIn, str]]:
 def stand_in_api(stand_in_server: tuple[StandIn, str]) -> Any:
     """``stand_in_api(draft)`` -> (url, received): the stand-in API now serving ``draft``."""
     stand_in, url = stand_in_server
-    return lambda draft: (url, stand_in.show(draft))
+    return lambda draft, executions=None: (url, stand_in.show(draft, executions))
 
 
 @pytest.fixture
@@ -979,3 +990,66 @@ def test_trace_prints_hostile_text_as_visible_escapes(monkeypatch):
     assert result.exit_code == 0, result.stderr
     assert_inert(result.stdout)
     assert "really 2500.00\\u202eDSU\\u200b" in result.stdout
+
+
+EXECUTION_ID = "exe_" + "e" * 24
+
+
+def execution_view(status: str, **extra: Any) -> dict[str, Any]:
+    return {"execution_id": EXECUTION_ID, "status": status, **extra}
+
+
+def test_approve_execute_wait_follows_the_execution_to_its_outcome(alice_pem, stand_in_api):
+    url, received = stand_in_api(
+        shown_draft(),
+        [
+            execution_view("queued"),
+            execution_view("running"),
+            execution_view("succeeded", outcome={"summary": "refunded 25.00 USD"}),
+        ],
+    )
+
+    result = run_cli(
+        "approve", DRAFT_ID, "--key", str(alice_pem), "--yes", "--execute", "--wait",
+        api_url=url, token="dg_fake",
+    )  # fmt: skip
+
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[-4:] == [
+        f"execution {EXECUTION_ID}: queued",
+        f"execution {EXECUTION_ID}: running",
+        f"execution {EXECUTION_ID}: succeeded",
+        "outcome: refunded 25.00 USD",
+    ]
+    assert ("GET", f"/v1/executions/{EXECUTION_ID}") in received
+
+
+def test_execute_wait_exits_1_when_the_execution_fails(stand_in_api):
+    url, _ = stand_in_api(
+        shown_draft(), [execution_view("failed", error={"message": "the card was declined"})]
+    )
+
+    result = run_cli("execute", DRAFT_ID, "--wait", api_url=url, token="dg_fake")
+
+    assert result.exit_code == 1
+    assert f"execution {EXECUTION_ID} failed: the card was declined" in result.stderr
+
+
+def test_execute_wait_gives_up_after_its_timeout(stand_in_api):
+    url, _ = stand_in_api(shown_draft(), [execution_view("queued")])
+
+    result = run_cli("execute", DRAFT_ID, "--wait", "--timeout", "1", api_url=url, token="dg_fake")
+
+    assert result.exit_code == 1
+    assert f"execution {EXECUTION_ID} is still queued after 1 s" in result.stderr
+
+
+def test_execute_without_wait_only_requests(stand_in_api):
+    url, received = stand_in_api(shown_draft(), [execution_view("queued")])
+
+    result = run_cli("execute", DRAFT_ID, api_url=url, token="dg_fake")
+
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.strip() == f"execution {EXECUTION_ID}: queued"
+    assert ("GET", f"/v1/executions/{EXECUTION_ID}") not in received
