@@ -57,6 +57,7 @@ def dev(
     settings = Settings(state_dir=state_dir)
     api_url, mcp_url = f"http://{host}:{api_port}", f"http://{host}:{mcp_port}/mcp"
     manifest_path = state_dir / "demo.json"
+    log_dir = state_dir / "logs"
 
     upgrade(settings.resolved_database_url())
     checkpoint_key = ensure_key(settings.resolved_checkpoint_key_file())
@@ -78,15 +79,16 @@ def dev(
             "beat": ["serve", "beat", "--loglevel", "WARNING"],
         },
         env,
+        log_dir,
     )
     try:
         health = {"api": f"{api_url}/healthz", "mcp": f"http://{host}:{mcp_port}/healthz"}
-        if _wait_ready(health, children, stop_requested):
+        if _wait_ready(health, children, stop_requested, log_dir):
             _announce(state_dir, manifest, manifest_path, public_key_b64(checkpoint_key))
         while not stop_requested.wait(0.5):
             for name, child in children.items():
                 if child.poll() is not None and not stop_requested.is_set():
-                    typer.echo(f"{name} exited with code {child.returncode}; stopping", err=True)
+                    _died(name, child.returncode, log_dir)
                     raise typer.Exit(code=1)
     finally:
         _stop(children)
@@ -115,18 +117,40 @@ def _load_or_seed(
 
 
 def _start(
-    commands: dict[str, list[str]], env: dict[str, str]
+    commands: dict[str, list[str]], env: dict[str, str], log_dir: Path
 ) -> dict[str, subprocess.Popen[bytes]]:
-    return {
-        name: subprocess.Popen([sys.executable, "-m", "service.cli", *args], env=env)
-        for name, args in commands.items()
-    }
+    """Start each component with its output in ``<log_dir>/<name>.log``, so the terminal
+    shows one banner instead of four processes' startup noise (Celery's banners, its
+    superuser warning); a component that dies is reported with the end of its log."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    children = {}
+    for name, args in commands.items():
+        with (log_dir / f"{name}.log").open("ab") as log:  # the child keeps its own copy
+            children[name] = subprocess.Popen(
+                [sys.executable, "-m", "service.cli", *args],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+    return children
+
+
+def _died(name: str, code: int | None, log_dir: Path) -> None:
+    log = log_dir / f"{name}.log"
+    tail = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:] if log.exists() else []
+    typer.echo(f"{name} exited with code {code}; its log ({log}) ends with:", err=True)
+    for line in tail:
+        typer.echo(f"  {line}", err=True)
+
+
+LOG_TAIL_LINES = 20
 
 
 def _wait_ready(
     urls: dict[str, str],
     children: dict[str, subprocess.Popen[bytes]],
     stop_requested: threading.Event,
+    log_dir: Path,
 ) -> bool:
     """True once every URL answers; False if a stop was requested first."""
     deadline = time.monotonic() + READY_TIMEOUT_SECONDS
@@ -138,7 +162,7 @@ def _wait_ready(
             if children[name].poll() is not None:
                 if stop_requested.is_set():
                     return False
-                typer.echo(f"{name} exited with code {children[name].returncode}", err=True)
+                _died(name, children[name].returncode, log_dir)
                 raise typer.Exit(code=1)
             try:
                 with urllib.request.urlopen(url, timeout=1):  # noqa: S310 - our own loopback URL
@@ -175,4 +199,5 @@ def _announce(
     typer.echo(f"  database   {state_dir / 'draftgate.db'}")
     typer.echo(f"  manifest   {manifest_path}   (demo tokens, keys, order ids)")
     typer.echo(f"  audit      checkpoint public key {checkpoint_key}")
+    typer.echo(f"  logs       {state_dir / 'logs'}   (one file per component)")
     typer.echo("Press Ctrl-C to stop.")

@@ -286,6 +286,14 @@ def test_dev_runs_the_stack_stops_on_ctrl_c_and_a_second_run_reuses_the_manifest
     assert took < STOP_TIMEOUT_SECONDS, f"stopping took {took:.1f}s"
     assert wait_gone(children) == [], f"left running: {still_running(children)}"
     assert "Traceback" not in dev.output()
+    # One clean banner: the components' own output (Celery's banners, uvicorn's lines) is
+    # in one log file each under the state dir, not on the terminal.
+    assert dev.output().count("draftgate is running") == 1
+    for noise in ("celery@", "[tasks]", "Uvicorn running", "SecurityWarning"):
+        assert noise not in dev.output(), noise
+    logs = {path.name: path.read_text(errors="replace") for path in (state_dir / "logs").iterdir()}
+    assert set(logs) == {"api.log", "mcp.log", "worker.log", "beat.log"}
+    assert "celery@" in logs["worker.log"], "the worker's banner went to its log"
 
     with draftgate_dev(state_dir, tmp_path / "second.log") as second:
         reused = second.manifest()
