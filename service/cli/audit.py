@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -42,6 +43,7 @@ from service.cli.common import (
     runtime,
     tenant_or_default,
 )
+from service.cli.progress import bytes_progress
 from service.config import get_settings
 from service.db import read_scope, session_scope
 from service.errors import DomainError
@@ -125,11 +127,15 @@ def export(
         if response.status_code != 200:
             response.read()
             fail(f"export refused: {response.status_code} {response.text}")
-        with out.open("w", encoding="utf-8") as sink:
+        with (
+            out.open("w", encoding="utf-8") as sink,
+            bytes_progress(f"exporting to {out.name}", total=None) as advance,
+        ):
             for line in response.iter_lines():
                 if line:
                     sink.write(line + "\n")
                     count += 1
+                    advance(len(line) + 1)
     typer.echo(f"exported {count} events to {out}")
 
 
@@ -287,15 +293,24 @@ def _pinned_key(public_key: str | None, trust_file: Path | None) -> str:
     return public_key
 
 
+def _counted(lines: Iterable[str], advance: Callable[[int], None]) -> Iterator[str]:
+    for line in lines:
+        advance(len(line.encode("utf-8")))
+        yield line
+
+
 def _verify_file(file: Path, checkpoints_file: Path | None, public_key: str) -> Verification:
     stored: list[dict[str, Any]] = []
     claimed_key: str | None = None
     try:
         if checkpoints_file is not None:
             stored, claimed_key = read_checkpoints(checkpoints_file.read_text(encoding="utf-8"))
-        with file.open(encoding="utf-8") as lines:
+        with (
+            file.open(encoding="utf-8") as lines,
+            bytes_progress(f"verifying {file.name}", total=file.stat().st_size) as advance,
+        ):
             return verify_export(
-                lines,
+                _counted(lines, advance),
                 checkpoints=stored,
                 checkpoint_public_key=public_key,
                 claimed_public_key=claimed_key,

@@ -394,3 +394,16 @@ def test_the_database_verify_warns_about_an_unanchored_tail_but_exits_0(runtime,
 
     assert result.exit_code == 0, result.stderr
     assert result.stderr.startswith("warning: unanchored: truncation of the tail")
+
+
+def test_offline_verify_shows_progress_only_at_a_terminal(offline, monkeypatch):
+    from service.cli import progress
+
+    piped = verify_file(offline, "--trust-file", str(offline.trust_file))
+    monkeypatch.setattr(progress, "interactive", lambda: True)
+    watched = verify_file(offline, "--trust-file", str(offline.trust_file))
+
+    assert piped.exit_code == watched.exit_code == 0, watched.stderr
+    assert piped.stderr == "", "a pipe gets no progress"
+    assert f"verifying {offline.export.name}" in watched.stderr
+    assert watched.stdout == piped.stdout, "progress never touches the output"
