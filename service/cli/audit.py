@@ -65,6 +65,9 @@ def events(
     until: Annotated[str | None, typer.Option(help="RFC 3339 (exclusive)")] = None,
     limit: Annotated[int, typer.Option(help="Events per page (1-500).")] = 50,
     cursor: Annotated[str | None, typer.Option(help="Continue after a previous page.")] = None,
+    full: Annotated[
+        bool, typer.Option("--full", help="Whole trace ids, times and details, not shortened.")
+    ] = False,
     as_json: JsonOption = False,
     api_url: str | None = ApiUrlOption,
     token: str | None = TokenOption,
@@ -93,12 +96,12 @@ def events(
         [
             [
                 e["seq"],
-                e["at"][:19],
+                e["at"] if full else e["at"][:19],
                 e["type"],
                 e["actor"],
                 e["draft_id"] or "",
-                (e["trace_id"] or "")[:12],
-                _detail(e),
+                (e["trace_id"] or "") if full else (e["trace_id"] or "")[:12],
+                _detail(e, limit=None if full else DETAIL_WIDTH),
             ]
             for e in page["events"]
         ],
@@ -348,9 +351,12 @@ def _print_verdict(result: Verification, as_json: bool, *, offline: bool) -> Non
         typer.echo(inert(f"warning: checkpoints: {result.checkpoint_problem}"), err=True)
 
 
-def _detail(event: dict[str, Any]) -> str:
+DETAIL_WIDTH = 80
+
+
+def _detail(event: dict[str, Any], *, limit: int | None) -> str:
     data = event["data"]
     error = data.get("error") or {}
     if error:
-        return f"{error.get('code')}: {error.get('message', '')}"[:80]
-    return str(data.get("tool") or data.get("summary") or data.get("reason") or "")[:80]
+        return f"{error.get('code')}: {error.get('message', '')}"[:limit]
+    return str(data.get("tool") or data.get("summary") or data.get("reason") or "")[:limit]

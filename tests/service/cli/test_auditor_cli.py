@@ -174,7 +174,13 @@ def test_audit_events_prints_a_readable_table(runtime, demo, api, interaction):
     refused = next(r for r in rows if " tool.refused " in r)
     assert "INVALID_ARGUMENT" in refused
     assert interaction["trace_id"][:12] in refused
+    assert interaction["trace_id"] not in refused, "shortened unless --full"
     assert "more: --cursor" not in result.stdout
+
+    full = as_auditor(api, demo, "audit", "events", "--limit", "500", "--full")
+    assert full.exit_code == 0, full.stderr
+    refused = next(r for r in full.stdout.splitlines()[1:] if " tool.refused " in r)
+    assert interaction["trace_id"] in refused
 
 
 @both_backends
