@@ -130,6 +130,11 @@ class Settings(BaseSettings):
     mcp_allowed_origins: list[str] = Field(
         default_factory=lambda: ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
     )
+    # The proxies whose X-Forwarded-For / X-Forwarded-Proto the API and MCP servers believe
+    # (uvicorn's forwarded_allow_ips: comma-separated addresses or networks, or "*"). Behind
+    # a proxy, name it here: otherwise every client has the proxy's address, and the
+    # per-address rate limit counts them all as one.
+    forwarded_allow_ips: str = "127.0.0.1"
 
     def resolved_database_url(self) -> str:
         """The configured database URL, or the embedded SQLite file in the state dir."""

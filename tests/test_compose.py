@@ -10,6 +10,7 @@ import copy
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -393,3 +394,104 @@ def test_the_secret_comment_names_the_user_the_image_runs_as():
     assert f"sudo chgrp {gid} secrets/checkpoint-key.pem && chmod 0440" in secrets_section
     assert f"sudo chown {uid}:{gid} secrets/server-secret" in secrets_section
     assert "draftgate doctor" in secrets_section
+
+
+# --- the image's two stages ----------------------------------------------------------------------
+
+
+def stages() -> list[str]:
+    """The Dockerfile's stages, each from its FROM line to the next."""
+    text = DOCKERFILE.read_text()
+    starts = [m.start() for m in re.finditer(r"^FROM ", text, flags=re.MULTILINE)]
+    return [text[a:b] for a, b in zip(starts, [*starts[1:], len(text)], strict=True)]
+
+
+def test_the_final_image_has_no_build_tools_and_runs_as_its_user():
+    builder, final = stages()
+    assert builder.startswith("FROM python:3.11-slim AS builder")
+    assert final.startswith("FROM python:3.11-slim\n"), "same base: the venv's interpreter is there"
+    run_lines = [line for line in final.splitlines() if line.startswith("RUN ")]
+    for tool in ("pip install", "uv ", "apt-get", "gcc"):
+        assert not any(tool in line for line in run_lines), f"the final image runs {tool}"
+    assert "COPY --from=builder /opt/venv /opt/venv" in final
+    name, uid, _ = image_user()
+    assert name != "root"
+    assert uid != "0"
+
+
+@pytest.mark.slow
+def test_the_builder_stage_run_natively_installs_a_venv_that_needs_no_source(tmp_path):
+    """What compose cannot show here (no Docker engine): the builder's own uv commands, run
+    as written, give a virtual environment where draftgate runs with the source tree gone
+    and without the dev packages."""
+    builder, _ = stages()
+    uv = shutil.which("uv") or str(ROOT / ".tools" / "bin" / "uv")
+    app_dir, venv = tmp_path / "app", tmp_path / "venv"
+    app_dir.mkdir()
+    env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(venv)}
+    env = {k: v for k, v in env.items() if not k.startswith(("DRAFTGATE_", "VIRTUAL_ENV"))}
+    for line in builder.splitlines():
+        words = line.split()
+        if words[:1] == ["COPY"]:
+            for name in words[1:-1]:  # the sources; the last word is the destination
+                copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy
+                copy(ROOT / name, app_dir / name)
+        if words[:2] == ["RUN", "uv"]:
+            completed = subprocess.run(
+                [uv, *words[2:]],
+                check=False,
+                cwd=app_dir,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            assert completed.returncode == 0, completed.stderr
+    for package in ("service", "workers", "mcp_adapter"):
+        shutil.rmtree(app_dir / package)
+
+    migrated = subprocess.run(
+        [str(venv / "bin" / "draftgate"), "migrate"],
+        check=False,
+        cwd=tmp_path,
+        env={**env, "DRAFTGATE_STATE_DIR": str(tmp_path / "state")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert migrated.returncode == 0, migrated.stderr
+    assert "schema is up to date" in migrated.stdout
+    no_dev = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import pytest"], check=False, timeout=60
+    )
+    assert no_dev.returncode != 0, "dev packages are not in the image"
+
+
+def test_every_long_running_service_has_a_memory_limit():
+    for name, service in long_running(load_compose()).items():
+        limits = service.get("deploy", {}).get("resources", {}).get("limits", {})
+        assert limits.get("memory"), f"{name} has no memory limit"
+
+
+def test_the_servers_believe_forwarded_headers_only_from_the_configured_proxies(monkeypatch):
+    import uvicorn
+
+    from service.cli import serve
+
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **options: seen.append(options))
+    monkeypatch.setattr(serve, "get_settings", lambda: Settings(forwarded_allow_ips="10.0.0.5"))
+    monkeypatch.setattr("service.api.app.create_app", lambda: None)
+
+    serve.serve_api(host="127.0.0.1", port=8000)
+
+    assert seen == [
+        {
+            "host": "127.0.0.1",
+            "port": 8000,
+            "log_level": "warning",
+            "proxy_headers": True,
+            "forwarded_allow_ips": "10.0.0.5",
+        }
+    ]
+    assert "DRAFTGATE_FORWARDED_ALLOW_IPS" in environment_of(load_compose()["services"]["api"])

@@ -23,6 +23,12 @@ def migrate() -> None:
     typer.echo("database schema is up to date")
 
 
+def _proxy_headers() -> dict[str, object]:
+    """Believe X-Forwarded-* from the configured proxies only (the client address feeds the
+    per-address rate limit and the audit's source)."""
+    return {"proxy_headers": True, "forwarded_allow_ips": get_settings().forwarded_allow_ips}
+
+
 @app.command("api")
 def serve_api(host: HostOption = "127.0.0.1", port: int = 8000) -> None:
     """The approver/auditor HTTP API (OpenAPI at /docs)."""
@@ -30,7 +36,7 @@ def serve_api(host: HostOption = "127.0.0.1", port: int = 8000) -> None:
 
     from service.api.app import create_app
 
-    uvicorn.run(create_app(), host=host, port=port, log_level="warning")
+    uvicorn.run(create_app(), host=host, port=port, log_level="warning", **_proxy_headers())
 
 
 @app.command("mcp")
@@ -67,7 +73,9 @@ def serve_mcp(
 
     from mcp_adapter.server import create_http_app
 
-    uvicorn.run(create_http_app(runtime), host=host, port=port, log_level="warning")
+    uvicorn.run(
+        create_http_app(runtime), host=host, port=port, log_level="warning", **_proxy_headers()
+    )
 
 
 @app.command("worker")
