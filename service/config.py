@@ -45,8 +45,13 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="DRAFTGATE_", extra="ignore")
 
+    # Where the embedded setup keeps its SQLite database, keys, secrets and demo manifest.
     state_dir: Path = DEFAULT_STATE_DIR
+    # SQLAlchemy URL of the database (postgresql+psycopg://… in production); empty: the
+    # embedded SQLite file <state_dir>/draftgate.db.
     database_url: str = ""
+    # Celery broker URL (redis://… in production); empty: kombu's server-less SQLAlchemy
+    # transport on a SQLite file in the state dir.
     broker_url: str = ""
     # The queue executions travel on (separate deployments sharing a broker use their own).
     broker_queue: str = "draftgate"
@@ -59,8 +64,12 @@ class Settings(BaseSettings):
     # listed here exactly like the bundled reference shop.
     action_modules: list[str] = Field(default_factory=lambda: ["service.shop.definitions"])
 
+    # Approval policies per write action, as JSON: per-currency tiers of required approvals,
+    # a draft's time to live, and amounts that add up (DESIGN.md §4; default: DEFAULT_POLICIES).
     policies: dict[str, Any] = Field(default_factory=lambda: dict(DEFAULT_POLICIES))
+    # The time to live of a draft whose action has no policy of its own.
     default_draft_ttl_seconds: int = Field(default=86_400, ge=60)
+    # How long an idempotency key is remembered (at least a day); then it is collected.
     idempotency_retention_seconds: int = Field(default=86_400, ge=86_400)
 
     # The reference shop's simulated carrier: a latency above the timeout makes
