@@ -23,10 +23,10 @@ def migrate() -> None:
     typer.echo("database schema is up to date")
 
 
-def _proxy_headers() -> dict[str, object]:
-    """Believe X-Forwarded-* from the configured proxies only (the client address feeds the
-    per-address rate limit and the audit's source)."""
-    return {"proxy_headers": True, "forwarded_allow_ips": get_settings().forwarded_allow_ips}
+def _trusted_proxies() -> str:
+    """Whose X-Forwarded-* to believe (uvicorn's proxy_headers): the configured proxies only,
+    since the client address feeds the per-address rate limit and the audit's source."""
+    return get_settings().forwarded_allow_ips
 
 
 @app.command("api")
@@ -36,7 +36,14 @@ def serve_api(host: HostOption = "127.0.0.1", port: int = 8000) -> None:
 
     from service.api.app import create_app
 
-    uvicorn.run(create_app(), host=host, port=port, log_level="warning", **_proxy_headers())
+    uvicorn.run(
+        create_app(),
+        host=host,
+        port=port,
+        log_level="warning",
+        proxy_headers=True,
+        forwarded_allow_ips=_trusted_proxies(),
+    )
 
 
 @app.command("mcp")
@@ -74,7 +81,12 @@ def serve_mcp(
     from mcp_adapter.server import create_http_app
 
     uvicorn.run(
-        create_http_app(runtime), host=host, port=port, log_level="warning", **_proxy_headers()
+        create_http_app(runtime),
+        host=host,
+        port=port,
+        log_level="warning",
+        proxy_headers=True,
+        forwarded_allow_ips=_trusted_proxies(),
     )
 
 
