@@ -29,7 +29,7 @@ from mcp.types import (
 
 from mcp_adapter.auth import DOOR, authenticate_for_mcp, principal_from
 from mcp_adapter.errors import as_tool_error
-from service.db import run_unit, session_scope, unavailable
+from service.db import session_scope, unavailable
 from service.errors import DomainError, internal_error
 from service.principal import Principal
 from service.ratelimit import record_throttled
@@ -82,16 +82,12 @@ class ToolDoor:
             record_throttled(engine, self.runtime.limiter, f"tools:{principal.token_id}", flood)
             raise limited
         try:
-            return run_unit(
-                engine,
-                lambda session: toolcalls.call_tool(
-                    session,
-                    principal,
-                    self.runtime,
-                    name=name,
-                    arguments=arguments,
-                    trace_id=trace_id,
-                ),
+            return toolcalls.call_tool(
+                self.runtime,
+                principal,
+                name=name,
+                arguments=arguments,
+                trace_id=trace_id,
                 on_refusal=refused,
             )
         except DomainError:

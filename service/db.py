@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from functools import partial
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
 from sqlmodel import Session
 
 from service.audit import chain
 from service.errors import DATABASE_UNAVAILABLE, DomainError
+from service.sqlite_writers import WriterQueue, serialise_writers
 
 T = TypeVar("T")
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 SQLITE_UNAVAILABLE = ("database is locked", "unable to open", "disk i/o error")
+# A pooled PostgreSQL connection idle for longer than this is pinged before use (a restart
+# while idle is found then, not by a failed call); one in steady use is not, so a call does not
+# pay a round trip for the ping. Connections are also replaced after POOL_RECYCLE_SECONDS.
+PING_AFTER_IDLE_SECONDS = 5.0
+POOL_RECYCLE_SECONDS = 1800
+_CHECKED_IN_AT = "draftgate_checked_in_at"
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:
@@ -26,9 +35,32 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
             url, connect_args={"check_same_thread": False, "timeout": 30}, **kwargs
         )
         event.listen(engine, "connect", _configure_sqlite_connection)
-        event.listen(engine, "begin", _begin)
+        event.listen(engine, "begin", partial(_begin, serialise_writers(engine)))
         return engine
-    return create_engine(url, pool_pre_ping=True, **kwargs)
+    kwargs.setdefault("pool_recycle", POOL_RECYCLE_SECONDS)
+    engine = create_engine(url, **kwargs)
+    event.listen(engine, "checkin", _remember_checkin)
+    event.listen(engine, "checkout", _ping_if_idle(engine))
+    return engine
+
+
+def _remember_checkin(_dbapi_connection: Any, record: Any) -> None:
+    record.info[_CHECKED_IN_AT] = time.monotonic()
+
+
+def _ping_if_idle(engine: Engine) -> Callable[[Any, Any, Any], None]:
+    def ping(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.get(_CHECKED_IN_AT)
+        if idle_since is None or time.monotonic() - idle_since < PING_AFTER_IDLE_SECONDS:
+            return  # new, or in steady use: a dead one fails its call, which invalidates the pool
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+            dbapi_connection.rollback()  # the ping began a transaction; the unit's own comes next
+        except Exception as exc:
+            # The pool drops this connection (and those older) and checks out a fresh one.
+            raise DisconnectionError("the pooled connection is gone") from exc
+
+    return ping
 
 
 def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
@@ -46,15 +78,21 @@ def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
 READ_ONLY = "draftgate_read_only"
 
 
-def _begin(connection: Any) -> None:
+def _begin(writers: WriterQueue, connection: Any) -> None:
     if connection.get_execution_options().get(READ_ONLY):
         # A reader in WAL mode needs no lock: a deferred BEGIN keeps one snapshot.
         connection.exec_driver_sql("BEGIN")
         return
     # Every other draftgate transaction writes (at least its audit event), so take
     # the write lock up front: a deferred transaction that later upgrades its lock
-    # fails with SQLITE_BUSY instead of waiting.
-    connection.exec_driver_sql("BEGIN IMMEDIATE")
+    # fails with SQLITE_BUSY instead of waiting. In this process, writers queue for it.
+    dbapi_connection = connection.connection.dbapi_connection
+    writers.acquire(dbapi_connection, timeout_seconds=SQLITE_BUSY_TIMEOUT_MS / 1000)
+    try:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+    except BaseException:
+        writers.release(dbapi_connection)
+        raise
 
 
 @contextmanager
@@ -88,8 +126,12 @@ def read_scope(engine: Engine) -> Iterator[Session]:
         options.update(isolation_level="REPEATABLE READ", postgresql_readonly=True)
     with engine.connect() as connection:
         connection.execution_options(**options)
-        if not postgres:  # SQLite has no read-only transaction; the connection refuses writes
-            connection.exec_driver_sql("PRAGMA query_only = ON")
+        # SQLite has no read-only transaction; the connection refuses writes. Set on the
+        # driver's connection, outside any transaction (a pragma needs none, and going through
+        # SQLAlchemy would begin one for it, and another to undo it).
+        query_only = None if postgres else connection.connection.driver_connection
+        if query_only is not None:
+            query_only.execute("PRAGMA query_only = ON")
         try:
             with Session(bind=connection, expire_on_commit=False) as session:
                 try:
@@ -97,8 +139,28 @@ def read_scope(engine: Engine) -> Iterator[Session]:
                 finally:
                     session.rollback()
         finally:
-            if not postgres:  # the connection goes back to the pool for writers
-                connection.exec_driver_sql("PRAGMA query_only = OFF")
+            if query_only is not None:  # the connection goes back to the pool for writers
+                query_only.execute("PRAGMA query_only = OFF")
+
+
+@contextmanager
+def lookup_scope(engine: Engine) -> Iterator[Session]:
+    """A lookup of a row or two by our own code (a bearer token, before every request) that
+    needs no transaction of its own: it takes no lock and commits nothing.
+
+    On PostgreSQL each statement runs on its own in autocommit (no BEGIN and COMMIT round
+    trips); on SQLite in a deferred transaction (no write lock). Either way it reads the last
+    committed state, so a revocation committed before the lookup is seen by it.
+    """
+    postgres = engine.dialect.name == "postgresql"
+    options: dict[str, Any] = {"isolation_level": "AUTOCOMMIT"} if postgres else {READ_ONLY: True}
+    with engine.connect() as connection:
+        connection.execution_options(**options)
+        with Session(bind=connection, expire_on_commit=False) as session:
+            try:
+                yield session
+            finally:
+                session.rollback()
 
 
 @contextmanager

@@ -15,9 +15,13 @@ colliding with any other SHA-256 the system computes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from sqlmodel import Session, col, select
+from sqlalchemy import Table, insert, update
+from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.orm.util import identity_key
+from sqlmodel import Session, select
 
 from service.audit.models import AuditEvent, AuditHead
 from service.canonical import canonical_json, sha256_hex
@@ -84,40 +88,68 @@ def append_recorded(session: Session) -> None:
     by_tenant: dict[str, list[RecordedEvent]] = {}
     for event in pending:
         by_tenant.setdefault(event.tenant, []).append(event)
+    if not by_tenant:
+        return
+    session.flush()  # the unit's own changes go first, in the order the ORM gives them
     for tenant in sorted(by_tenant):  # a fixed lock order across tenants
-        head = _lock_head(session, tenant)
-        # ``at`` is the moment of joining the chain, taken under the head lock and never
-        # before the previous event's, so time and seq order agree: a time range is a
-        # contiguous run of seqs, even across servers whose clocks disagree a little.
-        at = max(utcnow(), head.at) if head.at is not None else utcnow()
-        for recorded in by_tenant[tenant]:
-            row = AuditEvent(
-                tenant=tenant,
-                seq=head.seq + 1,
-                at=at,
-                actor=recorded.actor,
-                type=recorded.type,
-                draft_id=recorded.draft_id,
-                execution_id=recorded.execution_id,
-                trace_id=recorded.trace_id,
-                data=recorded.data,
-                prev_hash=head.hash,
-                hash="",
-            )
-            row.hash = event_hash(row)
-            session.add(row)
-            head.seq, head.hash, head.at = row.seq, row.hash, at
-        session.add(head)
-    session.flush()
+        _append(session, tenant, by_tenant[tenant])
 
 
-def _lock_head(session: Session, tenant: str) -> AuditHead:
-    table = AuditHead.__table__  # type: ignore[attr-defined]
-    insert_or_ignore(session, table, {"tenant": tenant, "seq": 0, "hash": GENESIS_HASH})
+def _append(session: Session, tenant: str, recorded: list[RecordedEvent]) -> None:
+    seq, prev_hash, last_at = _lock_head(session, tenant)
+    # ``at`` is the moment of joining the chain, taken under the head lock and never
+    # before the previous event's, so time and seq order agree: a time range is a
+    # contiguous run of seqs, even across servers whose clocks disagree a little.
+    at = max(utcnow(), last_at) if last_at is not None else utcnow()
+    rows: list[dict[str, Any]] = []
+    for event in recorded:
+        seq += 1
+        row = {
+            "tenant": tenant,
+            "seq": seq,
+            "at": at,
+            "actor": event.actor,
+            "type": event.type,
+            "draft_id": event.draft_id,
+            "execution_id": event.execution_id,
+            "trace_id": event.trace_id,
+            "data": event.data,
+            "prev_hash": prev_hash,
+        }
+        row["hash"] = prev_hash = event_hash(row)
+        rows.append(row)
+    moved = update(_HEADS).where(_HEADS.c.tenant == tenant).values(seq=seq, hash=prev_hash, at=at)
+    if len(rows) == 1 and session.get_bind().dialect.name == "postgresql":
+        # One round trip: PostgreSQL runs a data-modifying WITH whether or not it is read. (Not
+        # for several events: the order of several WITHs is unspecified, and ids follow seq.)
+        session.execute(moved.add_cte(insert(_EVENTS).values(rows[0]).cte("appended")))
+    else:
+        session.execute(insert(_EVENTS), rows)  # in order; one statement compiled once
+        session.execute(moved)
+    _refresh_loaded_head(session, tenant, seq, prev_hash, at)
+
+
+_HEADS: Table = AuditHead.__table__  # type: ignore[attr-defined]
+_EVENTS: Table = AuditEvent.__table__  # type: ignore[attr-defined]
+
+
+def _lock_head(session: Session, tenant: str) -> tuple[int, str, datetime | None]:
+    """The tenant's head (seq, hash, at), locked until commit; created on the first append."""
     statement = (
-        select(AuditHead)
-        .where(col(AuditHead.tenant) == tenant)
+        select(_HEADS.c.seq, _HEADS.c.hash, _HEADS.c.at)
+        .where(_HEADS.c.tenant == tenant)
         .with_for_update()
-        .execution_options(populate_existing=True)
     )
-    return session.exec(statement).one()
+    head = session.execute(statement).one_or_none()
+    if head is None:  # the tenant's first event ever (or a concurrent first one: wait for it)
+        insert_or_ignore(session, _HEADS, {"tenant": tenant, "seq": 0, "hash": GENESIS_HASH})
+        head = session.execute(statement).one()
+    return int(head.seq), str(head.hash), head.at
+
+
+def _refresh_loaded_head(session: Session, tenant: str, seq: int, hash: str, at: datetime) -> None:
+    # The head was moved by SQL, not the ORM: a copy this session loaded earlier shows the move.
+    loaded = session.identity_map.get(identity_key(AuditHead, tenant))
+    if loaded is not None:
+        for name, value in (("seq", seq), ("hash", hash), ("at", at)):
+            set_committed_value(loaded, name, value)

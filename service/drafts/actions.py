@@ -77,7 +77,8 @@ def propose(
     if claim is not None and draft.id != target_id:
         # An identical open draft was returned instead: the key refers to that one.
         repository.repoint_idempotency_key(ctx.session, claim, draft.id)
-    return view(ctx.session, action, draft, now=ctx.now, replayed=replayed)
+    # A revision written just now has no approvals and no execution yet.
+    return view(ctx.session, action, draft, now=ctx.now, replayed=replayed, new=not replayed)
 
 
 def _claim_key(
@@ -154,9 +155,6 @@ def _create(
 ) -> tuple[Draft, bool]:
     session, principal, action = ctx.session, ctx.principal, proposal.action
     dedupe_key = _dedupe_key(principal, action.name, proposal.params_sha256)
-    existing = repository.by_open_dedupe_key(session, dedupe_key)
-    if existing is not None and not expire_if_due(session, existing, now=ctx.now):
-        return existing, True
     draft = Draft(
         id=draft_id,
         tenant=principal.tenant,
@@ -173,7 +171,15 @@ def _create(
         updated_at=ctx.now,
         **proposal.fields,
     )
-    if not repository.insert_draft_unless_duplicate(session, draft):
+    # Insert first, look only on a conflict: an identical open draft is the rare case.
+    inserted = repository.insert_draft_unless_duplicate(session, draft)
+    if not inserted:
+        existing = repository.by_open_dedupe_key(session, dedupe_key)
+        if existing is not None and not expire_if_due(session, existing, now=ctx.now):
+            return existing, True  # an identical open draft, perhaps a concurrent one's
+        # It was past its time and is expired now (its dedupe key released): take its place.
+        inserted = repository.insert_draft_unless_duplicate(session, draft)
+    if not inserted:
         # A concurrent identical proposal committed first: return that one.
         winner = repository.by_open_dedupe_key(session, dedupe_key)
         assert winner is not None
@@ -270,14 +276,19 @@ def view(
     *,
     now: datetime,
     replayed: bool = False,
+    new: bool = False,
 ) -> AgentDraftView:
-    execution = executions.for_draft(session, draft.id)
+    """What the agent sees of ``draft``. ``new``: its revision was written by this unit of
+    work, so there is nothing to look up (approvals and executions come only after it)."""
+    execution = None if new else executions.for_draft(session, draft.id)
     return agent_view(
         draft,
         status=status_at(draft, now),
         reason=reason_at(draft, now),
         masked_params=masked_params(action, draft.params),
-        approvals_received=approvals.count_approvals(session, draft.id, draft.revision),
+        approvals_received=0
+        if new
+        else approvals.count_approvals(session, draft.id, draft.revision),
         replayed=replayed,
         outcome=execution.outcome if execution is not None else None,
     )

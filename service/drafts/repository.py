@@ -53,6 +53,7 @@ def claim_idempotency_key(
     """Claim a key atomically. Returns None if claimed, else the live claim that holds it.
 
     An expired claim is removed first, so a key can be reused after the retention period.
+    (Removed only when it is in the way: the sweeper forgets the others.)
     """
     scope = (
         col(IdempotencyKey.tenant) == key.tenant,
@@ -61,11 +62,17 @@ def claim_idempotency_key(
         col(IdempotencyKey.action) == key.action,
         col(IdempotencyKey.key) == key.key,
     )
-    session.execute(delete(IdempotencyKey).where(*scope, col(IdempotencyKey.expires_at) < now))
-    if insert_or_ignore(session, IdempotencyKey.__table__, key.model_dump()):  # type: ignore[attr-defined]
+    table = IdempotencyKey.__table__  # type: ignore[attr-defined]
+    if insert_or_ignore(session, table, key.model_dump()):
         return None
-    statement = select(IdempotencyKey).where(*scope).execution_options(populate_existing=True)
-    return session.exec(statement).one()
+    held_statement = select(IdempotencyKey).where(*scope).execution_options(populate_existing=True)
+    held = session.exec(held_statement).one()
+    if held.expires_at >= now:
+        return held
+    session.execute(delete(IdempotencyKey).where(*scope, col(IdempotencyKey.expires_at) < now))
+    if insert_or_ignore(session, table, key.model_dump()):
+        return None
+    return session.exec(held_statement).one()  # a concurrent claim took the key first
 
 
 def delete_expired_idempotency_keys(session: Session, *, now: datetime) -> int:

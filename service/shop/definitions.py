@@ -92,12 +92,20 @@ class GetOrder(ReadAction):
     Output = OrderDetails
 
     def handle(self, ctx: ActionContext, params: OrderInput) -> OrderDetails:
-        order = _order(ctx, params.order_id)
+        principal = ctx.principal
+        found = repository.customer_order_with_details(
+            ctx.session, principal.tenant, principal.on_behalf_of, params.order_id
+        )
+        if found is None:
+            raise errors.order_unavailable()
+        order, shipment = found.order, found.shipment
         assert order.id is not None
-        session, window = ctx.session, ctx.settings.shop_refund_window_days
-        refundable = rules.refundable_minor(session, order, now=ctx.now, window_days=window)
-        shipment = repository.shipment(session, order.id)
-        customer = repository.customer(session, order.customer_id)
+        refundable = rules.refundable_minor(
+            order,
+            found.refunded_minor,
+            now=ctx.now,
+            window_days=ctx.settings.shop_refund_window_days,
+        )
         return OrderDetails(
             order_id=order.order_number,
             status=OrderStatus(order.status),
@@ -109,15 +117,15 @@ class GetOrder(ReadAction):
                     quantity=item.quantity,
                     unit_price=AmountView.of(item.unit_price_minor, order.currency),
                 )
-                for item in repository.items(session, order.id)
+                for item in repository.items(ctx.session, order.id)
             ],
             total=AmountView.of(order.total_minor, order.currency),
-            refunded=AmountView.of(repository.refunded_minor(session, order.id), order.currency),
+            refunded=AmountView.of(found.refunded_minor, order.currency),
             refundable=AmountView.of(refundable, order.currency),
             carrier=shipment.carrier if shipment else None,
             tracking_number=shipment.tracking_number if shipment else None,
             days_since_delivery=rules.days_since_delivery(order, ctx.now),
-            customer_phone=mask_phone(customer.phone),
+            customer_phone=mask_phone(found.customer.phone),
             shipping_address=MaskedAddress(**masked_address(order.shipping_address)),
             next_action=rules.next_action(order, refundable),
         )

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from sqlalchemy import Select, func
 from sqlmodel import Session, col, select
 
 from service.shop.models import (
@@ -16,6 +19,20 @@ from service.shop.models import (
     TrackingEvent,
 )
 
+OrderQuery = TypeVar("OrderQuery", bound=Select[*tuple[Any, ...]])
+
+
+def _of_customer(
+    statement: OrderQuery, tenant: str, customer_ref: str, order_number: str
+) -> OrderQuery:
+    """``statement`` narrowed to the order of that number of this tenant's customer."""
+    return statement.join(Customer, col(Customer.id) == col(Order.customer_id)).where(
+        col(Order.tenant) == tenant,
+        col(Order.order_number) == order_number,
+        col(Customer.tenant) == tenant,
+        col(Customer.external_ref) == customer_ref,
+    )
+
 
 def customer_order(
     session: Session,
@@ -28,19 +45,44 @@ def customer_order(
     """The order if it exists AND belongs to this tenant's customer; else None (never which)."""
     if customer_ref is None:
         return None
-    statement = (
-        select(Order)
-        .join(Customer, col(Customer.id) == col(Order.customer_id))
-        .where(
-            col(Order.tenant) == tenant,
-            col(Order.order_number) == order_number,
-            col(Customer.tenant) == tenant,
-            col(Customer.external_ref) == customer_ref,
-        )
-    )
+    statement = _of_customer(select(Order), tenant, customer_ref, order_number)
     if for_update:
         statement = statement.with_for_update(of=Order).execution_options(populate_existing=True)
     return session.exec(statement).one_or_none()
+
+
+@dataclass(frozen=True)
+class OrderWithDetails:
+    order: Order
+    customer: Customer
+    shipment: Shipment | None
+    refunded_minor: int
+
+
+def customer_order_with_details(
+    session: Session, tenant: str, customer_ref: str | None, order_number: str
+) -> OrderWithDetails | None:
+    """``customer_order`` with its customer, shipment and refunded sum, in one statement."""
+    if customer_ref is None:
+        return None
+    refunded = (
+        select(func.coalesce(func.sum(col(Refund.amount_minor)), 0))
+        .where(col(Refund.order_id) == col(Order.id))
+        .scalar_subquery()
+    )
+    statement = _of_customer(
+        select(Order, Customer, Shipment, refunded).outerjoin(
+            Shipment, col(Shipment.order_id) == col(Order.id)
+        ),
+        tenant,
+        customer_ref,
+        order_number,
+    )
+    row = session.exec(statement).one_or_none()
+    if row is None:
+        return None
+    order, customer, shipment, refunded_minor = row
+    return OrderWithDetails(order, customer, shipment, int(refunded_minor))
 
 
 def recent_orders(
@@ -56,12 +98,6 @@ def recent_orders(
         .limit(limit)
     )
     return list(session.exec(statement).all())
-
-
-def customer(session: Session, customer_id: int) -> Customer:
-    found = session.get(Customer, customer_id)
-    assert found is not None, "orders reference existing customers (foreign key)"
-    return found
 
 
 def items(session: Session, order_id: int) -> list[OrderItem]:

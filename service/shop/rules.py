@@ -21,15 +21,14 @@ def days_since_delivery(order: Order, now: datetime) -> int | None:
     return (now - order.delivered_at).days
 
 
-def refundable_minor(session: Session, order: Order, *, now: datetime, window_days: int) -> int:
+def refundable_minor(order: Order, refunded_minor: int, *, now: datetime, window_days: int) -> int:
     """What can still be refunded now: nothing outside the window, else total minus refunds."""
     if OrderStatus(order.status) not in REFUNDABLE_STATUSES:
         return 0
     days = days_since_delivery(order, now)
     if days is not None and days > window_days:
         return 0
-    assert order.id is not None
-    return max(order.total_minor - repository.refunded_minor(session, order.id), 0)
+    return max(order.total_minor - refunded_minor, 0)
 
 
 def check_refund(
@@ -43,7 +42,9 @@ def check_refund(
         raise errors.refund_window_closed(days, window_days)
     if amount.currency != order.currency:
         raise errors.currency_mismatch(order.currency, amount.currency)
-    refundable = refundable_minor(session, order, now=now, window_days=window_days)
+    assert order.id is not None
+    refunded = repository.refunded_minor(session, order.id)
+    refundable = refundable_minor(order, refunded, now=now, window_days=window_days)
     if amount.amount_minor > refundable:
         maximum = render_amount(refundable, order.currency)
         raise errors.refund_exceeds_refundable(amount.render(), maximum, refundable, order.currency)

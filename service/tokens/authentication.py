@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sqlmodel import Session
 
-from service.db import session_scope
+from service.db import lookup_scope
 from service.errors import DomainError
 from service.principal import Principal, Role
 from service.ratelimit import record_throttled
@@ -34,7 +34,9 @@ def authenticate_presented(
     to the caller (the MCP door answers it as a tool error, not as a failed login).
     """
     try:
-        with session_scope(runtime.engine) as session:
+        # A lookup, not a unit of work: it writes nothing (a refusal is recorded below, in a
+        # transaction of its own), so it takes no write lock and commits nothing.
+        with lookup_scope(runtime.engine) as session:
             principal = tokens.authenticate(session, presented, allowed_roles=allowed_roles)
         if limit_token:
             runtime.limiter.check_token(principal.token_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 from sqlmodel import Session
 
 from service.audit import actions as audit
-from service.db import read_only
+from service.db import run_read, run_unit, session_scope
 from service.drafts import actions as drafts
 from service.drafts.schemas import AgentDraftView
 from service.errors import DomainError
@@ -98,40 +99,72 @@ def _catalog(registry: ActionRegistry) -> dict[str, ToolSpec]:
 
 
 def call_tool(
-    session: Session,
-    principal: Principal,
     runtime: Runtime,
+    principal: Principal,
     *,
     name: str,
     arguments: dict[str, Any],
     trace_id: str | None,
+    on_refusal: Callable[[Session, DomainError], None],
 ) -> dict[str, Any]:
     """Run one tool call for an agent and audit it; returns the structured result.
 
-    Raises DomainError for every refusal; the caller rolls back and records it
-    with ``record_refused_call``.
+    Raises DomainError for every refusal, after ``on_refusal`` recorded it in a transaction
+    of its own (the call's own work is rolled back). A read changes nothing: it runs in a
+    read-only snapshot that holds no write lock, and its event is appended right after, in a
+    short transaction of its own; the answer is returned only once that has committed. A
+    proposal and its event are one unit of work.
     """
     started = time.perf_counter()
-    principal.require(Role.AGENT)
     spec = _catalog(runtime.registry).get(name)
-    if spec is None:
-        raise errors.unknown_tool(name)
-    check_bounds(
-        arguments,
-        max_bytes=runtime.settings.max_argument_bytes,
-        max_depth=runtime.settings.max_argument_depth,
+
+    def answer(session: Session) -> _Answer:
+        principal.require(Role.AGENT)
+        if spec is None:
+            raise errors.unknown_tool(name)
+        check_bounds(
+            arguments,
+            max_bytes=runtime.settings.max_argument_bytes,
+            max_depth=runtime.settings.max_argument_depth,
+        )
+        params = parse(spec.input_model, arguments)
+        ctx = ActionContext(
+            session=session,
+            principal=principal,
+            settings=runtime.settings,
+            now=utcnow(),
+            trace_id=trace_id,
+        )
+        return _HANDLERS[spec.kind](ctx, runtime, spec, params)
+
+    def audited(session: Session, answer: _Answer) -> dict[str, Any]:
+        _record_call(
+            session, principal, spec, answer, name=name, trace_id=trace_id, started=started
+        )
+        return answer.result
+
+    engine = runtime.engine
+    if spec is not None and spec.read_only:
+        read = run_read(engine, answer, on_refusal=on_refusal)
+        with session_scope(engine) as session:
+            return audited(session, read)
+    return run_unit(
+        engine, lambda session: audited(session, answer(session)), on_refusal=on_refusal
     )
-    params = parse(spec.input_model, arguments)
-    ctx = ActionContext(
-        session=session,
-        principal=principal,
-        settings=runtime.settings,
-        now=utcnow(),
-        trace_id=trace_id,
-    )
-    answer = _HANDLERS[spec.kind](ctx, runtime, spec, params)
+
+
+def _record_call(
+    session: Session,
+    principal: Principal,
+    spec: ToolSpec | None,
+    answer: _Answer,
+    *,
+    name: str,
+    trace_id: str | None,
+    started: float,
+) -> None:
     data: dict[str, Any] = {"tool": name, "arguments": answer.masked_arguments, "outcome": "ok"}
-    if spec.kind is ToolKind.PROPOSE:
+    if spec is not None and spec.kind is ToolKind.PROPOSE:
         data["replayed"] = answer.result["replayed"]
     data["latency_us"] = int((time.perf_counter() - started) * 1_000_000)
     audit.record(
@@ -143,7 +176,6 @@ def call_tool(
         trace_id=trace_id,
         data=data,
     )
-    return answer.result
 
 
 @dataclass(frozen=True)
@@ -155,8 +187,10 @@ class _Answer:
 
 def _read(ctx: ActionContext, runtime: Runtime, spec: ToolSpec, params: StrictInput) -> _Answer:
     read = runtime.registry.reads[spec.name]
-    with read_only(ctx.session):  # a read handler, anyone's code, cannot write
-        result = read.handle(ctx, params).model_dump(mode="json")
+    # A read handler is anyone's code: it runs in a read-only transaction (call_tool), and a
+    # write it only staged in the session fails here, inside it.
+    result = read.handle(ctx, params).model_dump(mode="json")
+    ctx.session.flush()
     return _Answer(result, read.masked(params))
 
 
