@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from functools import cache
+from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
+from sqlalchemy.orm import configure_mappers
 
 from service.config import Settings, get_settings
 from service.executions.queue import celery_config
 from service.executions.schemas import CHECKPOINT_TASK, SWEEP_TASK
 from service.runtime import Runtime, build_runtime
+from workers.warmup import warm_up
 
 
 def create_celery(settings: Settings) -> Celery:
@@ -36,3 +40,26 @@ def runtime() -> Runtime:
 @cache
 def _runtime_for(_pid: int) -> Runtime:
     return build_runtime(get_settings())
+
+
+# Warm up where the tasks will run, before the worker reports ready (the first execution
+# after start otherwise paid for it): each prefork child after the fork, or the worker
+# process itself when its pool (solo, threads) runs tasks in it.
+@signals.worker_process_init.connect  # type: ignore[untyped-decorator]
+def _warm_pool_process(**_: Any) -> None:
+    _log_warm_up(warm_up(runtime()))
+
+
+@signals.worker_init.connect  # type: ignore[untyped-decorator]
+def _warm_worker_process(sender: Any = None, **_: Any) -> None:
+    pool = getattr(sender, "pool_cls", "prefork")  # a name until Celery resolves it
+    name = pool if isinstance(pool, str) else f"{pool.__module__}.{pool.__qualname__}"
+    if "prefork" in name.lower():
+        # No connection here (it must not cross the fork); what the children inherit, yes.
+        configure_mappers()
+    else:
+        _log_warm_up(warm_up(runtime()))
+
+
+def _log_warm_up(seconds: float) -> None:
+    logging.getLogger(__name__).info("warmed up in %.0f ms", seconds * 1000)

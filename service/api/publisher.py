@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import threading
+
 from celery import Celery
 
 from service.config import Settings
@@ -23,8 +26,25 @@ def celery_publisher(settings: Settings) -> Publisher:
             "socket_timeout": 5,
         }
     client.conf.update(config)
+    # In the background, so that a broker that is down never delays the API's start.
+    threading.Thread(target=_warm_up, args=(client,), name="publisher-warm-up", daemon=True).start()
 
     def publish(task: str, args: list[str]) -> None:
         client.send_task(task, args=args, retry=True, retry_policy=RETRY_POLICY)
 
     return publish
+
+
+def _warm_up(client: Celery) -> None:
+    """Pay now what the first publish would: the first execute request's hand-off took a
+    second or more (Celery imports its result backend on the first send_task, the pool
+    opens its first broker connection). Best effort: the first publish retries anyway."""
+    try:
+        _ = client.backend
+        with client.producer_or_acquire() as producer:
+            producer.connection.ensure_connection(max_retries=1)
+            # Declaring the queue opens the channel (on the SQLite broker: its engine and
+            # tables) and is remembered, so the first send_task does not declare it again.
+            producer.maybe_declare(client.amqp.queues[client.conf.task_default_queue])
+    except Exception as exc:  # warming is an optimisation, never a failure
+        logging.getLogger(__name__).info("publisher warm-up: broker not reachable yet (%s)", exc)

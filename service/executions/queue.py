@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from service.config import Settings
+from service.executions.sqlite_broker import TRANSPORT_PATH
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -19,6 +20,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         transport_options = {"visibility_timeout": settings.broker_visibility_timeout_seconds}
     return {
         "broker_url": broker_url,
+        **_consumer_transport(broker_url),
         "broker_transport_options": transport_options,
         "broker_connection_retry_on_startup": True,
         "broker_connection_timeout": 5,
@@ -39,3 +41,15 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_send_task_events": False,
         "enable_utc": True,
     }
+
+
+def _consumer_transport(broker_url: str) -> dict[str, Any]:
+    """On the embedded SQLite broker, every process goes through draftgate's transport: the
+    worker wakes on a commit instead of sleeping kombu's 1 s poll out, and both sides write
+    without fsyncing a journal (``sqlite_broker``). ``broker_url`` (what health checks and
+    other settings readers see) stays kombu's own ``sqla+`` URL."""
+    if not broker_url.startswith("sqla+sqlite:"):
+        return {}
+    # Celery hands an explicit transport to kombu only for a URL without a "<name>+" prefix.
+    plain = broker_url.removeprefix("sqla+")
+    return {"broker_read_url": plain, "broker_write_url": plain, "broker_transport": TRANSPORT_PATH}
