@@ -1,0 +1,325 @@
+"""What B2 and B3 run on: a draftgate stack (API and worker as real processes) and a bare
+Celery worker doing the same shop write, on the same broker and the same kind of database.
+
+Two kinds, as the tests have them: ``embedded`` (SQLite, kombu's SQLAlchemy broker on a
+SQLite file, the solo worker ``draftgate dev`` runs) and ``redis`` (PostgreSQL + Redis).
+Everything is private to the run: a temp state dir, a ``dg_bench_*`` database dropped at the
+end, Redis queue names of its own (deleted at the end), free loopback ports.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+from sqlmodel import col, select
+
+from bench.bare_celery import TASK, bare_config, bare_worker_env
+from bench.common import REDIS_URL, free_port, postgres_database, wait_http
+from service.config import Settings
+from service.db import read_scope, session_scope
+from service.demo import seed_demo
+from service.executions.models import Execution, ExecutionAttempt
+from service.migrate import upgrade
+from service.runtime import Runtime, build_runtime
+from service.tokens.actions import authenticate
+from service.toolcalls.actions import call_tool
+from tests.support.approvals import approve, bearer
+from tests.support.workers import WorkerProcess, settings_env, start_worker
+
+KINDS = ("embedded", "redis")
+# Delivered 3 days ago, 785.00 USD: refunds of 1..250 cents add up to 313.75 USD, under the
+# one-approver tier and under half the order (where a refund becomes high risk).
+ORDER = "ORD-1004"
+MAX_DRAFTS = 250
+POLL_SECONDS = 0.002
+REDIS_DB = 0
+
+
+@dataclass
+class DraftgateStack:
+    kind: str
+    settings: Settings
+    runtime: Runtime
+    demo: dict[str, Any]
+    api_url: str
+    worker: WorkerProcess
+    http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=60))
+
+    @property
+    def approver_headers(self) -> dict[str, str]:
+        return bearer(self.demo["tokens"]["approver_alice"])
+
+    def approved_drafts(self, count: int, *, first_cents: int = 1) -> list[str]:
+        """``count`` refund drafts proposed by the agent and approved by alice (signed)."""
+        assert first_cents + count - 1 <= MAX_DRAFTS, "the order cannot refund that much"
+        drafts = []
+        for cents in range(first_cents, first_cents + count):
+            draft_id = self._propose(cents)
+            response = approve(self.api_url, self.demo, draft_id, "alice")
+            assert response.status_code == 201, response.text
+            drafts.append(draft_id)
+        return drafts
+
+    def request_execution(self, draft_id: str) -> str:
+        response = self.http.post(
+            f"{self.api_url}/v1/drafts/{draft_id}/execute", headers=self.approver_headers
+        )
+        assert response.status_code == 202, response.text
+        return str(response.json()["execution_id"])
+
+    def finished(self, execution_ids: list[str]) -> dict[str, tuple[str, datetime | None]]:
+        """Status and recorded finish time of each finished execution among these."""
+        # A read scope: on SQLite it takes no write lock, so watching never slows the worker.
+        with read_scope(self.runtime.engine) as session:
+            rows = session.exec(select(Execution).where(col(Execution.id).in_(execution_ids)))
+            return {
+                row.id: (row.status.value, row.finished_at)
+                for row in rows
+                if row.finished_at is not None
+            }
+
+    def wait_finished(self, execution_id: str, timeout: float = 60) -> tuple[str, datetime]:
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.finished([execution_id]).get(execution_id)
+            if found is not None and found[1] is not None:
+                return found[0], found[1]
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"execution {execution_id} did not finish in {timeout} s")
+            time.sleep(POLL_SECONDS)
+
+    def attempt_started(self, execution_id: str) -> datetime | None:
+        """When the worker claimed the execution (its first attempt began)."""
+        with read_scope(self.runtime.engine) as session:
+            statement = select(ExecutionAttempt.started_at).where(
+                col(ExecutionAttempt.execution_id) == execution_id,
+                col(ExecutionAttempt.number) == 1,
+            )
+            return session.exec(statement).one_or_none()
+
+    def _propose(self, cents: int) -> str:
+        arguments = {
+            "order_id": ORDER,
+            "amount": {"amount_minor": cents, "currency": "USD"},
+            "reason": "damaged",
+        }
+        with session_scope(self.runtime.engine) as session:
+            agent = authenticate(session, self.demo["tokens"]["agent"])
+        result = call_tool(
+            self.runtime,
+            agent,
+            name="propose_refund",
+            arguments=arguments,
+            trace_id=None,
+            on_refusal=_refusal_is_a_bench_bug,
+        )
+        return str(result["draft_id"])
+
+
+def _refusal_is_a_bench_bug(_session: Any, error: Exception) -> None:
+    raise AssertionError(f"the bench's proposal was refused: {error}")
+
+
+def stack_settings(kind: str, workdir: Path, database_url: str) -> Settings:
+    state = workdir / "state"
+    state.mkdir(parents=True, exist_ok=True)
+    broker = (
+        f"sqla+sqlite:///{workdir / 'broker.db'}"
+        if kind == "embedded"
+        else f"{REDIS_URL.rstrip('/')}/{REDIS_DB}"
+    )
+    return Settings(
+        state_dir=state,
+        database_url=database_url,
+        broker_url=broker,
+        broker_queue=f"bench-{secrets.token_hex(6)}",
+    )
+
+
+@contextmanager
+def database(kind: str, workdir: Path) -> Iterator[str]:
+    """A migrated database with the demo shop: a SQLite file, or a private PostgreSQL one."""
+    if kind == "embedded":
+        url = f"sqlite:///{workdir / 'draftgate.db'}"
+        upgrade(url)
+        yield url
+        return
+    with postgres_database() as url:
+        upgrade(url)
+        yield url
+
+
+@contextmanager
+def draftgate_stack(kind: str, workdir: Path, *, concurrency: int = 1) -> Iterator[DraftgateStack]:
+    """Seeded database, ``draftgate serve api`` and ``draftgate serve worker``, all ready."""
+    with ExitStack() as stack:
+        url = stack.enter_context(database(kind, workdir))
+        settings = stack_settings(kind, workdir, url)
+        runtime = build_runtime(settings)
+        stack.callback(runtime.engine.dispose)
+        port = free_port()
+        api_url = f"http://127.0.0.1:{port}"
+        with session_scope(runtime.engine) as session:
+            demo = seed_demo(
+                session,
+                tenant="demo",
+                state_dir=settings.state_dir,
+                api_url=api_url,
+                mcp_url="http://127.0.0.1:1/mcp",
+            )
+        api = _start_api(settings, port, workdir / "api.log")
+        stack.callback(_stop, api)
+        wait_http(f"{api_url}/healthz", timeout=60, alive=lambda: api.poll() is None)
+        if kind == "redis":
+            stack.callback(
+                _delete_redis_keys, settings.resolved_broker_url(), settings.broker_queue
+            )
+        worker = start_worker(settings, workdir / "worker.log", concurrency=concurrency)
+        stack.callback(worker.stop)
+        result = DraftgateStack(kind, settings, runtime, demo, api_url, worker)
+        stack.callback(result.http.close)
+        yield result
+
+
+def _start_api(settings: Settings, port: int, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as sink:
+        return subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "serve", "api", "--port", str(port)],
+            env=settings_env(settings),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=20)
+
+
+def _delete_redis_keys(url: str, queue: str, *keys: str) -> None:
+    """The queue, kombu's binding sets for it, and any other keys of the run."""
+    client = redis.Redis.from_url(url)
+    try:
+        client.delete(queue, f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}", *keys)
+    finally:
+        client.close()
+
+
+# --- bare Celery ----------------------------------------------------------------------------
+
+
+@dataclass
+class BareCelery:
+    """A bare Celery client and its worker process, on the stack's broker and database."""
+
+    client: Any
+    worker: subprocess.Popen[bytes]
+    queue: str
+    result_backend: str
+    task_ids: list[str] = field(default_factory=list)
+
+    def send(self, cents: int) -> Any:
+        result = self.client.send_task(
+            TASK, args=["demo", ORDER, cents, f"bare-{secrets.token_hex(8)}"]
+        )
+        self.task_ids.append(result.id)
+        return result
+
+    def round_trip(self, cents: int) -> str:
+        """``delay().get()``: publish, let the worker write, wait for its result."""
+        return str(self.send(cents).get(timeout=60, interval=POLL_SECONDS))
+
+
+@contextmanager
+def bare_celery(
+    stack: DraftgateStack, workdir: Path, *, concurrency: int = 1, doorbell: bool = False
+) -> Iterator[BareCelery]:
+    """A bare Celery worker on the same broker (its own queue) and the same database."""
+    from celery import Celery
+
+    queue = f"bench-bare-{secrets.token_hex(6)}"
+    broker = stack.settings.resolved_broker_url()
+    if stack.kind == "embedded":
+        if not doorbell:
+            # A file of its own: draftgate's transport leaves its file in WAL mode, and the
+            # stock baseline must be kombu's as it ships.
+            broker = f"sqla+sqlite:///{workdir / f'broker-{queue}.db'}"
+        backend = f"db+sqlite:///{workdir / f'results-{queue}.db'}"
+    else:
+        backend = broker
+    env = {
+        **os.environ,
+        **bare_worker_env(
+            broker_url=broker,
+            result_backend=backend,
+            queue=queue,
+            database_url=stack.settings.resolved_database_url(),
+            doorbell=doorbell,
+        ),
+    }
+    pool = ["--pool=solo"] if stack.kind == "embedded" else [f"--concurrency={concurrency}"]
+    log = workdir / f"bare-{queue}.log"
+    with log.open("ab") as sink:
+        worker = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "bench.bare_celery",
+                "worker",
+                "--loglevel=INFO",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                f"--hostname=bare-{queue}@%h",
+                *pool,
+            ],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    client = Celery("bench-bare-client", set_as_current=False)
+    client.conf.update(
+        bare_config(broker_url=broker, result_backend=backend, queue=queue, doorbell=doorbell)
+    )
+    bare = BareCelery(client, worker, queue, backend)
+    try:
+        _wait_log(log, " ready.", worker)
+        yield bare
+    finally:
+        _stop(worker)
+        if stack.kind == "redis":
+            _delete_redis_keys(
+                broker, queue, *(f"celery-task-meta-{task_id}" for task_id in bare.task_ids)
+            )
+        client.close()
+
+
+def _wait_log(
+    log: Path, marker: str, process: subprocess.Popen[bytes], timeout: float = 60
+) -> None:
+    deadline = time.monotonic() + timeout
+    while marker not in log.read_text(errors="replace"):
+        if process.poll() is not None:
+            raise RuntimeError(f"worker exited early:\n{log.read_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"worker not ready:\n{log.read_text()[-3000:]}")
+        time.sleep(0.05)
