@@ -68,15 +68,14 @@ from bench.common import (
 )
 from bench.peers import langgraph_refund as peer
 from bench.stack import Deployment
-from service.approvals.schemas import Decision, build_statement
-from service.canonical import canonical_json, params_sha256
+from service.approvals.schemas import Decision, signed_request, statement_for
+from service.canonical import params_sha256
 from service.config import Settings
 from service.db import make_engine, session_scope
 from service.principal import Principal, Role
 from service.shop.models import Customer, Order, OrderItem, OrderStatus, Refund
 from service.shop.seed import DEMO_CUSTOMER
 from service.signing import generate_private_key, key_id_for, load_private_key, public_key_b64
-from service.signing import sign as ed25519_sign
 from service.sql import rfc3339_seconds, utcnow
 
 NAME = "b5_peer"
@@ -180,22 +179,15 @@ def signed_approval(
     digest = params_sha256(draft["params"])
     if digest != draft["params_sha256"]:
         raise CallError("digest_mismatch")
-    statement = build_statement(
-        tenant=draft["tenant"],
-        draft_id=draft["draft_id"],
-        revision=draft["revision"],
-        action=draft["action"],
-        contract_version=draft["contract_version"],
-        params_sha256=digest,
+    statement = statement_for(
+        draft,
         decision=Decision.APPROVE,
         approver=approver,
         key_id=key_id,
         issued_at=rfc3339_seconds(utcnow()),
+        params_sha256=digest,
     )
-    return {
-        "statement": statement,
-        "signature": ed25519_sign(private_key, canonical_json(statement)),
-    }
+    return signed_request(statement, private_key)
 
 
 @dataclass

@@ -289,26 +289,19 @@ def _signed_approval(
     draft: dict[str, Any], approver: str, manifest: dict[str, Any]
 ) -> dict[str, Any]:
     """The approvals request body, signed as the demo approver would (see the README)."""
-    from service.approvals.schemas import Decision, build_statement
-    from service.canonical import canonical_json
-    from service.signing import key_id_for, load_private_key, public_key_b64, sign
+    from service.approvals.schemas import Decision, signed_request, statement_for
+    from service.signing import key_id_for, load_private_key, public_key_b64
     from service.sql import rfc3339_seconds, utcnow
 
     key = load_private_key(Path(manifest["approvers"][approver]["private_key_file"]))
-    statement = build_statement(
-        tenant=draft["tenant"],
-        draft_id=draft["draft_id"],
-        revision=draft["revision"],
-        action=draft["action"],
-        contract_version=draft["contract_version"],
-        params_sha256=draft["params_sha256"],
+    statement = statement_for(
+        draft,
         decision=Decision.APPROVE,
         approver=approver,
         key_id=key_id_for(public_key_b64(key)),
         issued_at=rfc3339_seconds(utcnow()),
-        reason=None,
     )
-    return {"statement": statement, "signature": sign(key, canonical_json(statement))}
+    return signed_request(statement, key)
 
 
 # --- the run ---------------------------------------------------------------------------------

@@ -24,9 +24,8 @@ from reliability.processes import Ledger, Worker
 from reliability.services import PrivatePostgres, PrivateRedis, free_port
 from service.api.app import create_app
 from service.api.publisher import celery_publisher
-from service.approvals.schemas import Decision, build_statement
+from service.approvals.schemas import Decision, signed_request, statement_for
 from service.audit import checkpoints
-from service.canonical import canonical_json
 from service.config import Settings
 from service.db import session_scope
 from service.demo import seed_demo
@@ -34,7 +33,7 @@ from service.errors import Category, DomainError
 from service.executions import sweeper
 from service.executions.outbox import Publisher
 from service.runtime import Runtime, build_runtime
-from service.signing import key_id_for, load_private_key, public_key_b64, sign
+from service.signing import key_id_for, load_private_key, public_key_b64
 from service.sql import rfc3339_seconds, utcnow
 from service.tracing import new_trace_id
 
@@ -277,20 +276,14 @@ class Client:
 
     def _signed(self, draft: dict[str, Any], approver: str) -> dict[str, Any]:
         key = load_private_key(Path(self.demo["approvers"][approver]["private_key_file"]))
-        statement = build_statement(
-            tenant=draft["tenant"],
-            draft_id=draft["draft_id"],
-            revision=draft["revision"],
-            action=draft["action"],
-            contract_version=draft["contract_version"],
-            params_sha256=draft["params_sha256"],
+        statement = statement_for(
+            draft,
             decision=Decision.APPROVE,
             approver=approver,
             key_id=key_id_for(public_key_b64(key)),
             issued_at=rfc3339_seconds(utcnow()),
-            reason=None,
         )
-        return {"statement": statement, "signature": sign(key, canonical_json(statement))}
+        return signed_request(statement, key)
 
     def _http(self, method: str, path: str, token: str, **kwargs: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {self.demo['tokens'][token]}"}

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import Field, field_validator, model_validator
 
+from service.canonical import canonical_json
+from service.signing import sign
 from service.validation import SignedText, StrictInput
 
 STATEMENT_TYPE = "draftgate.approval.v1"
@@ -110,3 +114,37 @@ def build_statement(
     if reason is not None:
         statement["reason"] = reason
     return statement
+
+
+def statement_for(
+    draft: Mapping[str, Any],
+    *,
+    decision: Decision,
+    approver: str,
+    key_id: str | None,
+    issued_at: str,
+    reason: str | None = None,
+    params_sha256: str | None = None,
+) -> dict[str, Any]:
+    """The statement over a draft as the API shows it (``GET /v1/drafts/{id}``), for a client
+    to sign. ``params_sha256``: the digest the signer recomputed from the params it showed
+    (by default the one the draft names)."""
+    return build_statement(
+        tenant=draft["tenant"],
+        draft_id=draft["draft_id"],
+        revision=draft["revision"],
+        action=draft["action"],
+        contract_version=draft["contract_version"],
+        params_sha256=params_sha256 or draft["params_sha256"],
+        decision=decision,
+        approver=approver,
+        key_id=key_id,
+        issued_at=issued_at,
+        reason=reason,
+    )
+
+
+def signed_request(statement: dict[str, Any], key: Ed25519PrivateKey) -> dict[str, Any]:
+    """The body of ``POST /v1/drafts/{id}/approvals``: the statement and its signature
+    over JCS(statement)."""
+    return {"statement": statement, "signature": sign(key, canonical_json(statement))}

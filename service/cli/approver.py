@@ -13,12 +13,12 @@ from typing import Annotated, Any
 
 import typer
 
-from service.approvals.schemas import Decision, build_statement
+from service.approvals.schemas import Decision, signed_request, statement_for
 from service.canonical import canonical_json, params_sha256
 from service.cli.client import ApiClient, ApiProblem, ApiUrlOption, TokenOption
 from service.cli.common import JsonOption, echo, fail, print_json, print_table
 from service.cli.passphrase import unlock
-from service.signing import key_id_for, public_key_b64, sign
+from service.signing import key_id_for, public_key_b64
 from service.sql import rfc3339_seconds, utcnow
 
 drafts_app = typer.Typer(help="Review drafts.", no_args_is_help=True)
@@ -207,18 +207,14 @@ def _decide(
     if not offered:
         fail(f"the draft is {draft['status']}; it does not accept decisions")
     digest = params_sha256(draft["params"])
-    ours = build_statement(
-        tenant=draft["tenant"],
-        draft_id=draft["draft_id"],
-        revision=draft["revision"],
-        action=draft["action"],
-        contract_version=draft["contract_version"],
-        params_sha256=digest,
+    ours = statement_for(
+        draft,
         decision=decision,
         approver=offered["approver"],
         key_id=key_id_for(public_key_b64(private_key)),
         issued_at=rfc3339_seconds(utcnow()),
         reason=reason,
+        params_sha256=digest,
     )
     mismatched = [name for name in BOUND_FIELDS if offered.get(name) != ours[name]]
     if digest != draft["params_sha256"]:
@@ -230,12 +226,8 @@ def _decide(
         )
     if not yes:
         typer.confirm(f"Sign this {decision.value} of revision {draft['revision']}?", abort=True)
-    signature = sign(private_key, canonical_json(ours))
-    return checked_call(
-        lambda: api.post(
-            f"/v1/drafts/{draft_id}/approvals", {"statement": ours, "signature": signature}
-        )
-    )
+    body = signed_request(ours, private_key)
+    return checked_call(lambda: api.post(f"/v1/drafts/{draft_id}/approvals", body))
 
 
 def _request_execution(api: ApiClient, draft_id: str, *, wait: float | None) -> None:

@@ -30,7 +30,7 @@ from mcp_adapter.tools import ToolDoor
 from service.api.app import create_app
 from service.approvals import actions as approvals
 from service.approvals.models import Approval
-from service.approvals.schemas import ApprovalRequest, Decision, build_statement
+from service.approvals.schemas import ApprovalRequest, Decision, build_statement, signed_request
 from service.audit.models import AuditEvent
 from service.canonical import canonical_json
 from service.config import Settings
@@ -379,8 +379,7 @@ def signed_body(
         reason=reason,
     )
     statement.update(overrides)
-    key = load_private_key(caller.key_file)
-    return {"statement": statement, "signature": sign(key, canonical_json(statement))}
+    return signed_request(statement, load_private_key(caller.key_file))
 
 
 @contextmanager

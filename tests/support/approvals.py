@@ -7,9 +7,8 @@ from typing import Any
 
 import httpx
 
-from service.approvals.schemas import Decision, build_statement
-from service.canonical import canonical_json
-from service.signing import key_id_for, load_private_key, public_key_b64, sign
+from service.approvals.schemas import Decision, signed_request, statement_for
+from service.signing import key_id_for, load_private_key, public_key_b64
 from service.sql import rfc3339_seconds, utcnow
 
 
@@ -24,13 +23,8 @@ def signed_decision(
 ) -> dict[str, Any]:
     """The approvals request body for a draft as returned by GET /v1/drafts/{id}."""
     key = load_private_key(Path(key_file))
-    statement = build_statement(
-        tenant=draft["tenant"],
-        draft_id=draft["draft_id"],
-        revision=draft["revision"],
-        action=draft["action"],
-        contract_version=draft["contract_version"],
-        params_sha256=draft["params_sha256"],
+    statement = statement_for(
+        draft,
         decision=decision,
         approver=approver,
         key_id=key_id_for(public_key_b64(key)),
@@ -38,7 +32,7 @@ def signed_decision(
         reason=reason,
     )
     statement.update(overrides)
-    return {"statement": statement, "signature": sign(key, canonical_json(statement))}
+    return signed_request(statement, key)
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -141,9 +141,8 @@ def approve_as(runtime, demo, draft_id: str, approver: str = "alice") -> None:
     from pathlib import Path
 
     from service.approvals import actions as approvals
-    from service.approvals.schemas import ApprovalRequest, Decision, build_statement
-    from service.canonical import canonical_json
-    from service.signing import load_private_key, sign
+    from service.approvals.schemas import ApprovalRequest, Decision, build_statement, signed_request
+    from service.signing import load_private_key
     from service.sql import rfc3339_seconds
 
     key = load_private_key(Path(demo["approvers"][approver]["private_key_file"]))
@@ -160,7 +159,7 @@ def approve_as(runtime, demo, draft_id: str, approver: str = "alice") -> None:
         key_id=demo["approvers"][approver]["key_id"],
         issued_at=rfc3339_seconds(utcnow()),
     )
-    body = {"statement": statement, "signature": sign(key, canonical_json(statement))}
+    body = signed_request(statement, key)
     request = ApprovalRequest.model_validate_json(json.dumps(body))  # as the API parses it
     with session_scope(runtime.engine) as session:
         principal = tokens.authenticate(session, demo["tokens"][f"approver_{approver}"])
