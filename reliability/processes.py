@@ -13,22 +13,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from service.config import Settings
+from service.config import Settings, child_environment
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 READY_TIMEOUT_SECONDS = 120
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
-    """The environment that makes a child process see exactly these settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DRAFTGATE_")}
-    for name, value in settings.model_dump(mode="json").items():
-        if isinstance(value, dict | list):
-            env[f"DRAFTGATE_{name.upper()}"] = json.dumps(value)
-        elif value not in ("", None):
-            env[f"DRAFTGATE_{name.upper()}"] = str(value)
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
+    """The environment that makes a child process see exactly these settings, its output
+    unbuffered (the drill reads the logs while the process runs)."""
+    return {**child_environment(settings), "PYTHONUNBUFFERED": "1"}
 
 
 class Ledger:

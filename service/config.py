@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -168,3 +170,15 @@ class Settings(BaseSettings):
 def get_settings() -> Settings:
     """The process-wide settings (tests build their own ``Settings`` instead)."""
     return Settings()
+
+
+def child_environment(settings: Settings) -> dict[str, str]:
+    """This process's environment with exactly ``settings`` as its DRAFTGATE_* variables: what
+    a child process (a worker, a server) must be given to see the same settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DRAFTGATE_")}
+    for name, value in settings.model_dump(mode="json").items():
+        if isinstance(value, dict | list):
+            env[f"DRAFTGATE_{name.upper()}"] = json.dumps(value)
+        elif value not in ("", None):
+            env[f"DRAFTGATE_{name.upper()}"] = str(value)
+    return env

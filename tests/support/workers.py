@@ -11,22 +11,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from service.config import Settings
+from service.config import Settings, child_environment
 
 READY_TIMEOUT_SECONDS = 60
 
 
-def settings_env(settings: Settings) -> dict[str, str]:
-    """The environment that makes a child process see exactly these settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DRAFTGATE_")}
-    for name, value in settings.model_dump(mode="json").items():
-        if isinstance(value, dict | list):
-            import json
-
-            env[f"DRAFTGATE_{name.upper()}"] = json.dumps(value)
-        elif value not in ("", None):
-            env[f"DRAFTGATE_{name.upper()}"] = str(value)
-    return env
+# The environment that makes a child process see exactly these settings.
+settings_env = child_environment
 
 
 class WorkerProcess:
