@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import Engine
 
 from service.config import Settings
-from service.db import session_scope
+from service.db import make_engine, session_scope
 from service.demo import seed_demo
 from service.runtime import Runtime, build_runtime
 from tests.support import services
@@ -47,6 +48,14 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def sqlite_url(tmp_path: Path, sqlite_template: Path) -> str:
     return sqlite_copy(sqlite_template, tmp_path / "draftgate.db")
+
+
+@pytest.fixture
+def sqlite_engine(sqlite_url: str) -> Iterator[Engine]:
+    """An engine on a fresh copy of the migrated SQLite database."""
+    engine = make_engine(sqlite_url)
+    yield engine
+    engine.dispose()
 
 
 @pytest.fixture(scope="session")

@@ -6,9 +6,7 @@ Issue 9: ``pool_pre_ping`` cost PostgreSQL a round trip on every checkout (two p
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -18,44 +16,17 @@ from sqlalchemy.exc import OperationalError
 from service import db
 from service.db import make_engine, session_scope, unavailable
 from tests.support import services
-
-
-@pytest.fixture
-def sqlite_engine(sqlite_url: str) -> Iterator[Engine]:
-    engine = make_engine(sqlite_url)
-    yield engine
-    engine.dispose()
-
-
-def write(engine: Engine, label: str, entered: list[str], hold: float = 0.0) -> None:
-    with session_scope(engine) as session:
-        session.execute(text("UPDATE shop_customers SET name = name"))  # takes the write lock
-        entered.append(label)
-        time.sleep(hold)
+from tests.support.sqlite_locks import write_lock_held
 
 
 def test_reads_do_not_queue_behind_a_writer(sqlite_engine):
-    holding, done = threading.Event(), threading.Event()
-
-    def holder() -> None:
-        with session_scope(sqlite_engine) as session:
-            session.execute(text("UPDATE shop_customers SET name = name"))
-            holding.set()
-            done.wait(10)
-
-    thread = threading.Thread(target=holder)
-    thread.start()
-    assert holding.wait(10)
-    try:
+    with write_lock_held(sqlite_engine):
         started = time.perf_counter()
         with db.read_scope(sqlite_engine) as session:
             session.execute(text("SELECT count(*) FROM shop_customers")).one()
         with db.lookup_scope(sqlite_engine) as session:
             session.execute(text("SELECT count(*) FROM api_tokens")).one()
         assert time.perf_counter() - started < 1.0
-    finally:
-        done.set()
-        thread.join(10)
 
 
 # --- PostgreSQL: a ping only for a connection that sat idle ----------------------------------

@@ -10,53 +10,26 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import Engine, text
 from sqlalchemy.exc import OperationalError
 
 from service import db
-from service.db import make_engine, session_scope, unavailable
-
-
-@pytest.fixture
-def sqlite_engine(sqlite_url: str) -> Iterator[Engine]:
-    engine = make_engine(sqlite_url)
-    yield engine
-    engine.dispose()
-
-
-def write(engine: Engine, label: str, entered: list[str], hold: float = 0.0) -> None:
-    with session_scope(engine) as session:
-        session.execute(text("UPDATE shop_customers SET name = name"))  # takes the write lock
-        entered.append(label)
-        time.sleep(hold)
+from service.db import make_engine, unavailable
+from tests.support.sqlite_locks import write, write_lock_held
 
 
 def test_sqlite_writers_of_one_process_get_the_write_lock_in_arrival_order(sqlite_engine):
     entered: list[str] = []
-    holder_inside = threading.Event()
-    release_holder = threading.Event()
-
-    def holder() -> None:
-        with session_scope(sqlite_engine) as session:
-            session.execute(text("UPDATE shop_customers SET name = name"))
-            holder_inside.set()
-            release_holder.wait(10)
-
-    first = threading.Thread(target=holder)
-    first.start()
-    assert holder_inside.wait(10)
     waiters = []
-    for label in "abcdef":
-        waiter = threading.Thread(target=write, args=(sqlite_engine, label, entered))
-        waiter.start()
-        waiters.append(waiter)
-        time.sleep(0.05)  # each one is waiting before the next arrives
-    release_holder.set()
-    for thread in [first, *waiters]:
-        thread.join(20)
+    with write_lock_held(sqlite_engine):
+        for label in "abcdef":
+            waiter = threading.Thread(target=write, args=(sqlite_engine, label, entered))
+            waiter.start()
+            waiters.append(waiter)
+            time.sleep(0.05)  # each one is waiting before the next arrives
+    for waiter in waiters:
+        waiter.join(20)
 
     # SQLite's busy handler would let whichever poller woke first in; the queue hands on in turn.
     assert entered == list("abcdef")
@@ -66,24 +39,8 @@ def test_a_writer_that_waits_too_long_in_the_queue_is_refused_as_locked(sqlite_u
     monkeypatch.setattr(db, "SQLITE_BUSY_TIMEOUT_MS", 200)
     engine = make_engine(sqlite_url)
     entered: list[str] = []
-    holding = threading.Event()
-    done = threading.Event()
-
-    def holder() -> None:
-        with session_scope(engine) as session:
-            session.execute(text("UPDATE shop_customers SET name = name"))
-            holding.set()
-            done.wait(10)
-
-    thread = threading.Thread(target=holder)
-    thread.start()
-    assert holding.wait(10)
-    try:
-        with pytest.raises(OperationalError) as caught:
-            write(engine, "late", entered)
-    finally:
-        done.set()
-        thread.join(10)
+    with write_lock_held(engine), pytest.raises(OperationalError) as caught:
+        write(engine, "late", entered)
 
     error = unavailable(caught.value)
     assert error is not None
