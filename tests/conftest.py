@@ -80,18 +80,12 @@ def postgres_url(postgres_pool: PostgresPool) -> Iterator[str]:
 def db_url(request: pytest.FixtureRequest) -> str:
     """A freshly migrated database; tests using it run once per backend.
 
-    Use it only where the backend's semantics matter (locking, concurrency, SQL); tests of
-    behaviour that does not depend on the database use ``sqlite_url`` through
-    ``settings``, by overriding ``db_url`` with the ``sqlite_only`` fixture below.
+    Use it only where the backend's semantics matter (locking, concurrency, SQL); a module
+    whose behaviour does not depend on the database overrides ``db_url`` with a fixture of
+    its own that returns ``sqlite_url``.
     """
     fixture = "sqlite_url" if request.param == "sqlite" else "postgres_url"
     return str(request.getfixturevalue(fixture))
-
-
-@pytest.fixture
-def sqlite_only(sqlite_url: str) -> str:
-    """For a module that overrides ``db_url = sqlite_only``: its behaviour is backend-free."""
-    return sqlite_url
 
 
 # --- one runtime on one database ------------------------------------------------------------
