@@ -10,7 +10,7 @@ from sqlmodel import Session
 
 from service.audit import chain, checkpoints, repository
 from service.audit.chain import GENESIS_HASH
-from service.audit.verification import Verification, verify_chain
+from service.audit.verification import Verification, stored_chain, verify_chain
 from service.errors import DomainError
 
 
@@ -53,9 +53,9 @@ def verify(
     recorded = (head.seq, head.hash) if head is not None else (0, GENESIS_HASH)
     stored = [checkpoints.as_dict(c) for c in checkpoints.for_tenant(session, tenant)]
     # closing(): an early return on the first bad event must still release the DB cursor.
-    with closing(repository.iter_chain(session, tenant)) as events:
+    with closing(stored_chain(session, tenant)) as events:
         result = verify_chain(
-            (event.model_dump() for event in events),
+            events,
             recorded_head=recorded,
             checkpoints=stored if checkpoint_public_key else (),
             checkpoint_public_key=checkpoint_public_key,

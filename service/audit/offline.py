@@ -105,6 +105,11 @@ FIELDS: dict[str, tuple[type, ...]] = {
 }
 
 
+# json.loads makes only exact types, so an exact-type test is the isinstance test (minus
+# bool for int) at a third of the cost: it runs for every line of an export.
+_EXACT_TYPES = {name: frozenset(types) for name, types in FIELDS.items()}
+
+
 CHECKPOINT_FIELDS: dict[str, tuple[type, ...]] = {
     "tenant": _TEXT,
     "seq": (int,),
@@ -202,9 +207,8 @@ def _shape_problem(event: Any) -> str | None:
     if event.keys() != FIELDS.keys():
         missing, extra = FIELDS.keys() - event.keys(), event.keys() - FIELDS.keys()
         return f"missing {sorted(missing)}, unexpected {sorted(extra)}"
-    for name, types in FIELDS.items():
-        value = event[name]
-        if not isinstance(value, types) or isinstance(value, bool):
+    for name, types in _EXACT_TYPES.items():
+        if type(event[name]) not in types:
             return f"{name} has the wrong type"
     return None
 

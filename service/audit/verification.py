@@ -8,12 +8,36 @@ truncated history that a hash chain alone cannot.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import Table, select
+from sqlmodel import Session
+
 from service.audit.chain import GENESIS_HASH, event_hash
 from service.audit.checkpoints import check
+from service.audit.models import AuditEvent
+
+_EVENTS: Table = AuditEvent.__table__  # type: ignore[attr-defined]
+# Exactly the exported fields (docs/audit.md): what is hashed, plus the hash itself.
+_CHAIN_COLUMNS = tuple(
+    _EVENTS.c[name]
+    for name in (
+        "seq",
+        "at",
+        "tenant",
+        "actor",
+        "type",
+        "draft_id",
+        "execution_id",
+        "trace_id",
+        "data",
+        "prev_hash",
+        "hash",
+    )
+)
+_BATCH = 1_000
 
 
 @dataclass(frozen=True)
@@ -51,6 +75,25 @@ class Verification:
         }
 
 
+def stored_chain(session: Session, tenant: str) -> Generator[dict[str, Any]]:
+    """One tenant's chain from the database, oldest first, as plain dicts of the exported
+    fields: one Core ``SELECT`` streamed in batches (constant memory), no ORM objects, whose
+    identity map and ``model_dump`` cost more than hashing the event does."""
+    statement = (
+        select(*_CHAIN_COLUMNS)
+        .where(_EVENTS.c.tenant == tenant)
+        .order_by(_EVENTS.c.seq)
+        .execution_options(yield_per=_BATCH)
+    )
+    result = session.execute(statement)
+    try:
+        names = tuple(result.keys())
+        for row in result:
+            yield dict(zip(names, row, strict=True))
+    finally:
+        result.close()
+
+
 def verify_chain(
     events: Iterable[Mapping[str, Any]],
     *,
@@ -69,7 +112,7 @@ def verify_chain(
             problem = f"expected seq {expected_seq}, found {seq}: an event is missing or moved"
         elif event["prev_hash"] != previous:
             problem = "prev_hash does not match the previous event's hash"
-        elif event_hash(dict(event)) != event["hash"]:
+        elif event_hash(event if isinstance(event, dict) else dict(event)) != event["hash"]:
             problem = "the hash does not match the event's contents"
         if problem:
             return Verification(False, checked, expected_seq - 1, previous, expected_seq, problem)
