@@ -1,20 +1,33 @@
-"""Bearer-token authentication for the MCP door, with every refusal audited."""
+"""Bearer-token authentication for the MCP door, with every refusal audited.
+
+The door is an OAuth 2.1 resource server as the MCP authorization spec describes it: it
+publishes RFC 9728 metadata, and every 401 names that metadata in ``WWW-Authenticate`` and
+says in its body which credentials it takes (a draftgate token, or an OAuth access token
+from the configured OpenID provider).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
+from dataclasses import dataclass
 from functools import partial
 
 import anyio
 from mcp.server.auth.provider import AccessToken, TokenVerifier
+from mcp.server.auth.routes import cors_middleware
 from sqlmodel import Session
+from starlette.requests import Request
 from starlette.responses import JSONResponse
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.audit import actions as audit
-from service.errors import DomainError
+from service.config import Settings
+from service.errors import UNAUTHENTICATED, DomainError
 from service.guards import client_address
+from service.oidc.config import oidc_config
+from service.oidc.metadata import challenge, how_to_authenticate, metadata_paths, resource_metadata
 from service.principal import Principal, Role
 from service.ratelimit import record_throttled
 from service.runtime import Runtime
@@ -32,22 +45,41 @@ request_trace_id: ContextVar[str | None] = ContextVar("request_trace_id", defaul
 request_source: ContextVar[str] = ContextVar("request_source", default="unknown")
 
 
+@dataclass
+class Refusal:
+    """Why the verifier refused the request's token, for the 401 the SDK then answers."""
+
+    message: str = "The bearer token is not recognised."
+    check: str | None = None
+
+
+# Set by CredentialAudit per request; the verifier (in a worker thread, on a copy of the
+# context) fills in the same object.
+request_refusal: ContextVar[Refusal | None] = ContextVar("request_refusal", default=None)
+
+
 class DraftgateTokenVerifier(TokenVerifier):
-    """Resolves our opaque tokens. Only agent tokens may use the MCP door."""
+    """Resolves draftgate tokens and OAuth access tokens; only agents may use the MCP door."""
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        verify = partial(self._verify, token, request_trace_id.get(), request_source.get())
+        verify = partial(
+            self._verify, token, request_trace_id.get(), request_source.get(), request_refusal.get()
+        )
         return await anyio.to_thread.run_sync(verify)
 
-    def _verify(self, token: str, trace_id: str | None, source: str) -> AccessToken | None:
+    def _verify(
+        self, token: str, trace_id: str | None, source: str, refusal: Refusal | None
+    ) -> AccessToken | None:
         try:
             principal = authenticate_for_mcp(
                 self._runtime, token, trace_id=trace_id, door=DOOR, source=source
             )
-        except DomainError:
+        except DomainError as error:
+            if refusal is not None:
+                refusal.message, refusal.check = error.message, error.details.get("check")
             return None
         return AccessToken(
             token=principal.token_id,  # the secret itself goes no further than this function
@@ -77,6 +109,9 @@ def authenticate_for_mcp(
         trace_id=trace_id,
         allowed_roles=AGENTS_ONLY,
         limit_token=False,  # ToolDoor limits calls per token, answering as a tool error
+        # Over HTTP an OAuth token must be issued for this MCP server (RFC 8707); over stdio
+        # only draftgate tokens are taken.
+        audience=runtime.settings.mcp_public_url if door == DOOR else None,
     )
 
 
@@ -92,9 +127,44 @@ def principal_from(access_token: AccessToken) -> Principal:
     )
 
 
+def unauthorized(settings: Settings, error: DomainError, *, token_sent: bool) -> JSONResponse:
+    """The MCP door's 401 (403 for a token without the required scope): a challenge naming
+    the resource metadata, and a body saying how to authenticate (RFC 6750, RFC 9728)."""
+    config = oidc_config(settings)
+    resource = settings.mcp_public_url
+    advice = how_to_authenticate(resource, config)
+    status, oauth_error, scope = 401, "invalid_token" if token_sent else None, None
+    if error.details.get("check") == "scope" and config is not None:
+        status, oauth_error, scope = 403, "insufficient_scope", " ".join(config.required_scopes)
+    body = UNAUTHENTICATED(error.message, suggested_action=advice, details=error.details)
+    content = {**body.to_dict(), "error_description": f"{error.message} {advice}"}
+    if oauth_error is not None:
+        content["error"] = oauth_error
+    header = challenge(resource, error=oauth_error, scope=scope)
+    return JSONResponse(content, status_code=status, headers={"WWW-Authenticate": header})
+
+
+def protected_resource_routes(settings: Settings) -> list[Route]:
+    """RFC 9728 metadata of the MCP endpoint, at the path the RFC names and at the root (both
+    are where MCP clients look); CORS-open like the SDK's own, for browser clients."""
+    document = resource_metadata(
+        settings.mcp_public_url, oidc_config(settings), name="draftgate MCP server"
+    )
+
+    async def metadata(_: Request) -> JSONResponse:
+        return JSONResponse(document, headers={"Cache-Control": "public, max-age=3600"})
+
+    endpoint = cors_middleware(metadata, ["GET", "OPTIONS"])
+    return [
+        Route(path, endpoint=endpoint, methods=["GET", "OPTIONS"])
+        for path in metadata_paths(settings.mcp_public_url)
+    ]
+
+
 class CredentialAudit:
     """ASGI wrapper for the MCP endpoint: remembers the request's trace id for the verifier,
-    and audits requests without a bearer token, which never reach the verifier."""
+    audits requests without a bearer token (they never reach the verifier) and answers them,
+    and turns the SDK's bare 401 for a refused token into the door's own (``unauthorized``)."""
 
     def __init__(self, app: ASGIApp, runtime: Runtime) -> None:
         self._app = app
@@ -110,21 +180,57 @@ class CredentialAudit:
         authorization = headers.get(b"authorization", b"").decode("latin-1")
         source = client_address(scope)
         if not authorization.lower().startswith("bearer ") or not authorization[7:].strip():
-            missing = partial(
-                record_refused,
-                self._runtime,
-                door=DOOR,
-                source=source,
-                reason="No bearer token was presented.",
-                trace_id=trace_id,
-            )
-            await anyio.to_thread.run_sync(missing)
-        trace_reset, source_reset = request_trace_id.set(trace_id), request_source.set(source)
+            await self._refuse_missing(scope, receive, send, trace_id, source)
+            return
+        refusal = Refusal()
+        resets = (
+            request_trace_id.set(trace_id),
+            request_source.set(source),
+            request_refusal.set(refusal),
+        )
         try:
-            await self._app(scope, receive, send)
+            await self._app(scope, receive, self._shaped(scope, receive, send, refusal))
         finally:
-            request_trace_id.reset(trace_reset)
-            request_source.reset(source_reset)
+            request_trace_id.reset(resets[0])
+            request_source.reset(resets[1])
+            request_refusal.reset(resets[2])
+
+    async def _refuse_missing(
+        self, scope: Scope, receive: Receive, send: Send, trace_id: str, source: str
+    ) -> None:
+        reason = "No bearer token was presented."
+        missing = partial(
+            record_refused,
+            self._runtime,
+            door=DOOR,
+            source=source,
+            reason=reason,
+            trace_id=trace_id,
+        )
+        await anyio.to_thread.run_sync(missing)
+        response = unauthorized(self._runtime.settings, UNAUTHENTICATED(reason), token_sent=False)
+        await response(scope, receive, send)
+
+    def _shaped(self, scope: Scope, receive: Receive, send: Send, refusal: Refusal) -> Send:
+        """``send``, but the SDK's 401 (RequireAuthMiddleware's, with no body we can use and no
+        public hook to change it) is replaced by the door's own; pinned by tests/oidc."""
+        replaced = False
+
+        async def send_shaped(message: Message) -> None:
+            nonlocal replaced
+            if message["type"] == "http.response.start" and message["status"] == 401:
+                replaced = True
+                error = UNAUTHENTICATED(refusal.message, details=_check_of(refusal))
+                response = unauthorized(self._runtime.settings, error, token_sent=True)
+                await response(scope, receive, send)
+            elif not replaced:
+                await send(message)
+
+        return send_shaped
+
+
+def _check_of(refusal: Refusal) -> dict[str, str] | None:
+    return {"check": refusal.check} if refusal.check else None
 
 
 def refuser(runtime: Runtime) -> Callable[[Scope, Send, DomainError], Awaitable[None]]:
@@ -139,6 +245,10 @@ def refuser(runtime: Runtime) -> Callable[[Scope, Send, DomainError], Awaitable[
         source = client_address(scope)
         audit_it = partial(_audit_refusal, runtime, token, trace_id, source, error)
         outcome = await anyio.to_thread.run_sync(audit_it)
+        if outcome.code == "UNAUTHENTICATED":
+            refusal = unauthorized(runtime.settings, outcome, token_sent=bool(token))
+            await refusal(scope, _nothing_to_receive, send)
+            return
         status = STATUS_BY_CODE.get(outcome.code, 400)
         retry_after = outcome.details.get("retry_after_seconds")
         headers = {"Retry-After": str(retry_after)} if retry_after else {}

@@ -102,7 +102,9 @@ INVALID_ARGUMENT = ErrorCode(
 UNAUTHENTICATED = ErrorCode(
     "UNAUTHENTICATED",
     Category.UNAUTHENTICATED,
-    "No bearer token, an unknown or revoked one, or a token of a role this door does not serve.",
+    "No bearer token, an unknown or revoked one, or a token of a role this door does not serve; "
+    "or an OAuth access token that failed a check, named in `details.check` (see "
+    "docs/authorization.md).",
     "Present a valid bearer token; this is a configuration problem, not something a retry fixes.",
 )
 PERMISSION_DENIED = ErrorCode(

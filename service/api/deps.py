@@ -89,7 +89,16 @@ CurrentPrincipal = Annotated[Principal, Depends(get_principal)]
 def authenticate(
     runtime: Runtime, presented: str | None, trace_id: str, *, source: str
 ) -> Principal:
-    return authenticate_presented(runtime, presented, door=DOOR, source=source, trace_id=trace_id)
+    """The caller of the API: a draftgate token, or an OAuth access token issued for the API
+    (its audience is ``api_public_url``)."""
+    return authenticate_presented(
+        runtime,
+        presented,
+        door=DOOR,
+        source=source,
+        trace_id=trace_id,
+        audience=runtime.settings.api_public_url,
+    )
 
 
 def record_refusal(

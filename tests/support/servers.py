@@ -20,9 +20,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(app: ASGIApp, *, health_path: str = "/healthz") -> Iterator[str]:
-    """Serve ``app`` on 127.0.0.1:<free port> until the block ends; yields the base URL."""
-    port = free_port()
+def serve(app: ASGIApp, *, health_path: str = "/healthz", port: int | None = None) -> Iterator[str]:
+    """Serve ``app`` on 127.0.0.1:<port, default a free one> until the block ends; yields the
+    base URL. A server that must know its own URL up front (OAuth audiences) picks the port."""
+    port = port or free_port()
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="critical", ws="none", lifespan="on"
     )

@@ -697,7 +697,9 @@ def test_no_or_an_unknown_token_is_401_with_www_authenticate_and_audited(
         response = api.request(method, path, json=json_body, headers=headers)
         assert response.status_code == 401, (path, response.text)
         assert response.headers["content-type"].startswith(PROBLEM_JSON)
-        assert response.headers["www-authenticate"] == "Bearer"
+        # RFC 9728 §5.1: the challenge names the API's protected-resource metadata.
+        assert response.headers["www-authenticate"].startswith("Bearer ")
+        assert 'resource_metadata="' in response.headers["www-authenticate"]
         assert response.json()["code"] == "UNAUTHENTICATED"
         assert response.json()["retryable"] is False
         refused = events(runtime, type="auth.refused")
