@@ -13,6 +13,7 @@ from service.policies.actions import PolicyError, load_policies
 from service.policies.schemas import PolicyConfig
 from service.ratelimit import Limits, RateLimiter
 from service.registry.loader import ActionRegistry, load_registry
+from service.telemetry import instrument_engine
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ def build_runtime(settings: Settings, *, engine: Engine | None = None) -> Runtim
         )
     return Runtime(
         settings=settings,
-        engine=engine or make_engine(settings.resolved_database_url()),
+        engine=engine or instrument_engine(make_engine(settings.resolved_database_url())),
         registry=registry,
         policies=policies,
         cursors=CursorCodec(settings.resolved_secret_key_file()),

@@ -482,6 +482,7 @@ def test_the_servers_believe_forwarded_headers_only_from_the_configured_proxies(
     monkeypatch.setattr(uvicorn, "run", lambda app, **options: seen.append(options))
     monkeypatch.setattr(serve, "get_settings", lambda: Settings(forwarded_allow_ips="10.0.0.5"))
     monkeypatch.setattr("service.api.app.create_app", lambda: None)
+    monkeypatch.setattr(serve, "_observe", lambda component: None)  # not this process's logs
 
     serve.serve_api(host="127.0.0.1", port=8000)
 
@@ -489,7 +490,8 @@ def test_the_servers_believe_forwarded_headers_only_from_the_configured_proxies(
         {
             "host": "127.0.0.1",
             "port": 8000,
-            "log_level": "warning",
+            "log_config": None,
+            "access_log": True,
             "proxy_headers": True,
             "forwarded_allow_ips": "10.0.0.5",
         }

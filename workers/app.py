@@ -10,10 +10,13 @@ from typing import Any
 from celery import Celery, signals
 from sqlalchemy.orm import configure_mappers
 
+from service import telemetry
 from service.config import Settings, get_settings
 from service.executions.queue import celery_config
 from service.executions.schemas import CHECKPOINT_TASK, SWEEP_TASK
+from service.logs import configure_logging
 from service.runtime import Runtime, build_runtime
+from workers import metrics as _metrics  # noqa: F401 - serves the worker's /metrics
 from workers.warmup import warm_up
 
 
@@ -42,11 +45,27 @@ def _runtime_for(_pid: int) -> Runtime:
     return build_runtime(get_settings())
 
 
+@signals.setup_logging.connect  # type: ignore[untyped-decorator]
+def _configure_logging(loglevel: int | str | None = None, **_: Any) -> None:
+    """Ours instead of Celery's (a receiver here tells Celery not to configure logging): the
+    worker's and beat's lines, Celery's own included, in the format of every other process."""
+    settings = get_settings()
+    configure_logging(fmt=settings.log_format, level=loglevel or settings.log_level)
+
+
+def _trace_tasks() -> None:
+    """Spans for the tasks of this process, when an OTLP endpoint is configured; where the
+    tasks run, after any fork (the exporter's thread would not survive one)."""
+    if telemetry.configure("worker"):
+        telemetry.instrument_celery_worker()
+
+
 # Warm up where the tasks will run, before the worker reports ready (the first execution
 # after start otherwise paid for it): each prefork child after the fork, or the worker
 # process itself when its pool (solo, threads) runs tasks in it.
 @signals.worker_process_init.connect  # type: ignore[untyped-decorator]
 def _warm_pool_process(**_: Any) -> None:
+    _trace_tasks()  # first: the runtime's engine is instrumented when it is built
     _log_warm_up(warm_up(runtime()))
 
 
@@ -58,6 +77,7 @@ def _warm_worker_process(sender: Any = None, **_: Any) -> None:
         # No connection here (it must not cross the fork); what the children inherit, yes.
         configure_mappers()
     else:
+        _trace_tasks()
         _log_warm_up(warm_up(runtime()))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from service import logs
 from service.audit import checkpoints
 from service.db import session_scope
 from service.errors import DomainError
@@ -18,19 +19,26 @@ from service.executions.runner import run_execution
 from service.executions.schemas import CHECKPOINT_TASK, EXECUTE_TASK, SWEEP_TASK
 from service.health import KEY_FILE_ERRORS, checkpoint_key_status
 from service.sql import utcnow
+from service.telemetry import publishing
+from service.tracing import bound, parse_traceparent
 from workers.app import celery_app, runtime
 
 logger = logging.getLogger(__name__)
 
 
 def publish(task: str, args: list[str]) -> None:
-    celery_app.send_task(task, args=args)
+    with publishing(task) as headers:  # the trace travels in the message's headers
+        celery_app.send_task(task, args=args, headers=headers)
 
 
 @celery_app.task(name=EXECUTE_TASK, bind=True, max_retries=None, acks_late=True)  # type: ignore[untyped-decorator]
 def execute(self: Any, execution_id: str) -> str:
     """Run one execution; when the core asks for later, retry with its countdown."""
-    result = run_execution(runtime(), execution_id)
+    # The publisher's trace (its span is this task's parent when tracing): logs name it.
+    published_in = parse_traceparent(getattr(self.request, "traceparent", None))
+    with bound(published_in[0] if published_in else None), logs.bound(execution_id=execution_id):
+        result = run_execution(runtime(), execution_id)
+        logger.info("execution %s: %s", execution_id, result.status)
     if result.retry_in is not None:
         raise self.retry(countdown=result.retry_in)
     return result.status

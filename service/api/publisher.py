@@ -10,6 +10,7 @@ from celery import Celery
 from service.config import Settings
 from service.executions.outbox import Publisher
 from service.executions.queue import celery_config
+from service.telemetry import publishing
 
 # Fail fast when the broker is down: the outbox keeps the message for the sweeper.
 RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}
@@ -30,7 +31,10 @@ def celery_publisher(settings: Settings) -> Publisher:
     threading.Thread(target=_warm_up, args=(client,), name="publisher-warm-up", daemon=True).start()
 
     def publish(task: str, args: list[str]) -> None:
-        client.send_task(task, args=args, retry=True, retry_policy=RETRY_POLICY)
+        with publishing(task) as headers:  # the trace travels in the message's headers
+            client.send_task(
+                task, args=args, headers=headers, retry=True, retry_policy=RETRY_POLICY
+            )
 
     return publish
 

@@ -75,8 +75,8 @@ def dev(
         {
             "api": ["serve", "api", "--host", host, "--port", str(api_port)],
             "mcp": ["serve", "mcp", "--host", host, "--port", str(mcp_port)],
-            "worker": ["serve", "worker", "--concurrency", "1", "--loglevel", "WARNING"],
-            "beat": ["serve", "beat", "--loglevel", "WARNING"],
+            "worker": ["serve", "worker", "--concurrency", "1"],
+            "beat": ["serve", "beat"],
         },
         env,
         log_dir,
@@ -128,7 +128,7 @@ def _start(
         with (log_dir / f"{name}.log").open("ab") as log:  # the child keeps its own copy
             children[name] = subprocess.Popen(
                 [sys.executable, "-m", "service.cli", *args],
-                env=env,
+                env={"DRAFTGATE_LOG_FORMAT": "console", **env},  # for people, unless set
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )

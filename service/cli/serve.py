@@ -23,6 +23,21 @@ def migrate() -> None:
     typer.echo("database schema is up to date")
 
 
+def _observe(component: str) -> None:
+    """Logs through structlog (DRAFTGATE_LOG_FORMAT/_LEVEL), and traces when an OTLP endpoint
+    is configured (standard OTEL_* variables), before anything else of the component runs."""
+    from service.telemetry import configure
+
+    _configure_logs(get_settings().log_level)
+    configure(component)
+
+
+def _configure_logs(level: str) -> None:
+    from service.logs import configure_logging
+
+    configure_logging(fmt=get_settings().log_format, level=level)
+
+
 def _trusted_proxies() -> str:
     """Whose X-Forwarded-* to believe (uvicorn's proxy_headers): the configured proxies only,
     since the client address feeds the per-address rate limit and the audit's source."""
@@ -36,11 +51,13 @@ def serve_api(host: HostOption = "127.0.0.1", port: int = 8000) -> None:
 
     from service.api.app import create_app
 
+    _observe("api")
     uvicorn.run(
         create_app(),
         host=host,
         port=port,
-        log_level="warning",
+        log_config=None,  # logging is ours (_observe); uvicorn's access log goes through it
+        access_log=True,
         proxy_headers=True,
         forwarded_allow_ips=_trusted_proxies(),
     )
@@ -56,6 +73,8 @@ def serve_mcp(
 ) -> None:
     """The agents' MCP server: streamable HTTP at /mcp, or stdio."""
     from service.runtime import build_runtime
+
+    _observe("mcp")  # logs go to stderr: over stdio, stdout is the protocol's
 
     runtime = build_runtime(get_settings())
     if stdio:
@@ -84,7 +103,8 @@ def serve_mcp(
         create_http_app(runtime),
         host=host,
         port=port,
-        log_level="warning",
+        log_config=None,  # logging is ours (_observe); uvicorn's access log goes through it
+        access_log=True,
         proxy_headers=True,
         forwarded_allow_ips=_trusted_proxies(),
     )
@@ -94,13 +114,16 @@ def serve_mcp(
 def serve_worker(
     concurrency: Annotated[int, typer.Option(help="Pool processes.")] = 2,
     hostname: Annotated[str | None, typer.Option(help="Worker node name.")] = None,
-    loglevel: Annotated[str, typer.Option(help="Log level.")] = "INFO",
+    loglevel: Annotated[str | None, typer.Option(help="Log level (DRAFTGATE_LOG_LEVEL).")] = None,
 ) -> None:
     """The Celery worker that executes approved drafts."""
     from workers.app import celery_app
 
-    args = ["worker", f"--loglevel={loglevel}", "--without-gossip", "--without-mingle"]
-    if get_settings().resolved_broker_url().startswith("sqla+"):
+    settings = get_settings()
+    level = loglevel or settings.log_level
+    _configure_logs(level)  # now: Celery warns before its setup_logging (workers.app) runs
+    args = [*_banner(), "worker", f"--loglevel={level}", "--without-gossip", "--without-mingle"]
+    if settings.resolved_broker_url().startswith("sqla+"):
         # kombu's SQLAlchemy transport misbehaves under prefork (a lost child takes the
         # worker down, group signals can hang it): the embedded broker runs one solo worker.
         args.append("--pool=solo")
@@ -113,10 +136,18 @@ def serve_worker(
 
 @app.command("beat")
 def serve_beat(
-    loglevel: Annotated[str, typer.Option(help="Log level.")] = "INFO",
+    loglevel: Annotated[str | None, typer.Option(help="Log level (DRAFTGATE_LOG_LEVEL).")] = None,
 ) -> None:
     """The scheduler that runs the sweeper (re-publish lost executions, expire drafts)."""
     from workers.app import celery_app
 
-    get_settings().state_dir.mkdir(parents=True, exist_ok=True)
-    celery_app.start(["beat", f"--loglevel={loglevel}"])
+    settings = get_settings()
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    level = loglevel or settings.log_level
+    _configure_logs(level)
+    celery_app.start([*_banner(), "beat", f"--loglevel={level}"])
+
+
+def _banner() -> list[str]:
+    """Celery prints its banner to stdout, outside logging: not among JSON log lines."""
+    return ["--quiet"] if get_settings().log_format == "json" else []

@@ -10,6 +10,7 @@ from sqlalchemy import JSON, Column, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from service.sql import BigInt, EnumText, UTCDateTime
+from service.tracing import current_traceparent
 
 
 class ExecutionStatus(StrEnum):
@@ -46,6 +47,9 @@ class Execution(SQLModel, table=True):
     attempts: int = 0
     requested_by: str = Field(max_length=200)
     trace_id: str | None = Field(default=None, max_length=32)
+    # The W3C traceparent of the request that asked for it (tracing on), so that its task,
+    # however often and by whom it is published, runs as a child of that request's span.
+    traceparent: str | None = Field(default_factory=current_traceparent, max_length=55)
     outcome: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     error: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     # While running: when another delivery may take over (the worker died).

@@ -17,7 +17,9 @@ from sqlmodel import Session
 
 from service.db import session_scope
 from service.executions import repository
+from service.executions.models import Execution
 from service.sql import utcnow
+from service.tracing import continued
 
 logger = logging.getLogger(__name__)
 
@@ -25,11 +27,15 @@ logger = logging.getLogger(__name__)
 Publisher = Callable[[str, list[str]], None]
 
 
-def mark_published(session: Session, execution_id: str, *, now: datetime, after: float) -> None:
+def publish_execution(publish: Publisher, task: str, execution: Execution) -> None:
+    """Publish an execution's task inside the trace of the request that asked for it (its
+    stored traceparent, else its trace id), however long after and from whichever process."""
+    with continued(execution.traceparent, execution.trace_id):
+        publish(task, [execution.id])
+
+
+def mark_published(session: Session, execution: Execution, *, now: datetime, after: float) -> None:
     """Remember a publish; the sweeper waits twice as long after each one before the next."""
-    execution = repository.get(session, execution_id)
-    if execution is None:
-        return
     execution.publishes += 1
     backoff = min(after * 2 ** (execution.publishes - 1), MAX_REPUBLISH_BACKOFF_SECONDS)
     execution.republish_at = now + timedelta(seconds=backoff)
@@ -68,12 +74,14 @@ def publish_pending(
                 message = repository.outbox_message(session, message_id, for_update=True)
                 if message is None or message.published_at is not None:
                     continue
-                publish(message.task, [message.execution_id])
+                execution = repository.get(session, message.execution_id)
+                assert execution is not None  # a foreign key
+                publish_execution(publish, message.task, execution)
                 now = utcnow()
                 message.published_at = now
                 message.publish_count += 1
                 session.add(message)
-                mark_published(session, message.execution_id, now=now, after=republish_after)
+                mark_published(session, execution, now=now, after=republish_after)
         except Exception:  # the broker is down: leave the row for the sweeper
             logger.warning(
                 "could not publish outbox message %s; the sweeper will retry",
