@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlmodel import Session
 
+from service import metrics
 from service.approvals import errors, repository
 from service.approvals.models import Approval
 from service.approvals.schemas import (
@@ -225,6 +226,7 @@ def _apply_decision(
             trace_id=trace_id,
             data={"approvers": quorum.approvers},
         )
+        metrics.quorum_reached(session, draft, now)
 
 
 @dataclass(frozen=True)

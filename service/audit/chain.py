@@ -14,6 +14,7 @@ colliding with any other SHA-256 the system computes.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -23,6 +24,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.util import identity_key
 from sqlmodel import Session, select
 
+from service import metrics
 from service.audit.models import AuditEvent, AuditHead
 from service.canonical import canonical_json, sha256_hex
 from service.sql import insert_or_ignore, rfc3339, utcnow
@@ -91,8 +93,10 @@ def append_recorded(session: Session) -> None:
     if not by_tenant:
         return
     session.flush()  # the unit's own changes go first, in the order the ORM gives them
+    started = time.perf_counter()
     for tenant in sorted(by_tenant):  # a fixed lock order across tenants
         _append(session, tenant, by_tenant[tenant])
+    metrics.audit_appended(session, pending, started)
 
 
 def _append(session: Session, tenant: str, recorded: list[RecordedEvent]) -> None:

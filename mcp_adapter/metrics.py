@@ -1,0 +1,49 @@
+"""The MCP door's metrics: one observation per tool call, and ``GET /metrics``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import anyio
+from mcp.types import Tool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from service import metrics
+from service.errors import unauthenticated
+from service.runtime import Runtime
+
+
+@contextmanager
+def observed(tools: Sequence[Tool], name: str) -> Iterator[None]:
+    """Count and time the tool call in the block, by tool and outcome (the refusal's code).
+
+    The name is the agent's: one not in the catalogue is counted as ``<unknown>``."""
+    started = time.perf_counter()
+    tool = name if any(known.name == name for known in tools) else metrics.UNKNOWN_TOOL
+    try:
+        yield
+    except Exception as error:  # a cancelled call (the client left) is not counted
+        metrics.tool_call_ended(tool, metrics.outcome_of(error), time.perf_counter() - started)
+        raise
+    metrics.tool_call_ended(tool, metrics.OK, time.perf_counter() - started)
+
+
+def metrics_route(runtime: Runtime) -> Route:
+    """``/metrics`` of this MCP server: its live metrics (the API reports the database's
+    state, so a scrape here never touches the database)."""
+    token = runtime.settings.metrics_token
+
+    async def scrape(request: Request) -> Response:
+        if not metrics.check_bearer(token, request.headers.get("authorization")):
+            error = unauthenticated(
+                "Scraping /metrics needs the bearer token DRAFTGATE_METRICS_TOKEN."
+            )
+            return JSONResponse(error.to_dict(), status_code=401)
+        body = await anyio.to_thread.run_sync(metrics.scrape)
+        return Response(body, media_type=metrics.CONTENT_TYPE)
+
+    return Route("/metrics", scrape, methods=["GET"])
