@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     timeout = args.timeout or (300.0 if args.quick else 3600.0)
     base = Path(tempfile.mkdtemp(prefix="draftgate-drill-"))
     started = time.monotonic()
-    with _interruptible(timeout):
+    with interruptible(timeout):
         try:
             results = _run(scenarios, plan, seed, base, pg_bin)
         finally:
@@ -120,13 +120,13 @@ def _run(
     scenarios: list[Scenario], plan: Plan, seed: int, base: Path, pg_bin: Path
 ) -> list[Figures]:
     """Start the private servers, run each scenario on its own database, stop everything."""
-    _log_to(base / "drill.log")
+    log_to(base / "drill.log")
     ledger = Ledger(base / "ledger.json")
     watchdog = start_watchdog(base, ledger)
     postgres = PrivatePostgres(base / "postgres", pg_bin)
     redis = PrivateRedis(base / "redis")
     try:
-        _say(f"private PostgreSQL on 127.0.0.1:{postgres.port}, Redis on 127.0.0.1:{redis.port}")
+        say(f"private PostgreSQL on 127.0.0.1:{postgres.port}, Redis on 127.0.0.1:{redis.port}")
         ledger.add("commands", postgres.cleanup_command())
         postgres.start()
         redis.start()
@@ -151,7 +151,7 @@ def _migrate_template(postgres: PrivatePostgres) -> None:
     url = postgres.create_database(TEMPLATE)
     upgrade(url)
     create_engine(url).dispose()
-    _say(f"migrated the template database in {time.monotonic() - started:.1f} s")
+    say(f"migrated the template database in {time.monotonic() - started:.1f} s")
 
 
 def run_scenario(
@@ -167,7 +167,7 @@ def run_scenario(
     """Run one scenario, let the system settle, and count what it left behind."""
     started = time.monotonic()
     figures = Figures(scenario.name, faults={})
-    _say(f"[{scenario.name}] {scenario.title}: {plan.executions} executions")
+    say(f"[{scenario.name}] {scenario.title}: {plan.executions} executions")
     with (
         scenario_stack(
             scenario.name,
@@ -193,14 +193,14 @@ def run_scenario(
         figures.settle_seconds = round(time.monotonic() - last_request, 1)
         _count(stack, figures)
     figures.wall_seconds = round(time.monotonic() - started, 1)
-    _say(f"[{scenario.name}] done in {figures.wall_seconds:.0f} s: {summary(figures)}")
+    say(f"[{scenario.name}] done in {figures.wall_seconds:.0f} s: {summary(figures)}")
     return figures
 
 
 def _count(stack: Stack, figures: Figures) -> None:
     try:
         figures.chain = verify_chain(stack)
-        collect(stack, figures)
+        collect(stack.runtime.engine, stack.execution_ids(), figures)
     except Exception as exc:
         logging.getLogger("reliability").exception("counting %s", figures.scenario)
         figures.drill_errors.append(f"counting failed: {type(exc).__name__}: {exc}")
@@ -279,11 +279,11 @@ def details(f: Figures) -> str:
 # --- plumbing ---------------------------------------------------------------------------------
 
 
-def _say(message: str) -> None:
+def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _log_to(path: Path) -> None:
+def log_to(path: Path) -> None:
     """Everything the services log goes to a file: the terminal shows progress and figures."""
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(name)s %(message)s"))
@@ -301,7 +301,7 @@ def _progress(stack: Stack, every: float = 10.0) -> Iterator[None]:
         while not stop.wait(every):
             with contextlib.suppress(Exception):
                 left = unfinished(stack)
-                _say(
+                say(
                     f"  [{stack.label}] {time.monotonic() - started:.0f} s: "
                     f"{len(stack.requested)} requested, {left} unfinished"
                 )
@@ -316,7 +316,7 @@ def _progress(stack: Stack, every: float = 10.0) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _interruptible(timeout: float) -> Iterator[None]:
+def interruptible(timeout: float) -> Iterator[None]:
     """SIGTERM, SIGHUP and the time limit unwind like Ctrl-C, so every finally block runs."""
 
     def interrupt(signum: int, _frame: FrameType | None) -> None:

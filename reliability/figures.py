@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sqlalchemy import func
+from sqlalchemy import Engine, func
 from sqlmodel import Session, col, select
 
 from reliability.stack import TENANT, Stack
@@ -66,11 +66,11 @@ class Figures:
         return {**asdict(self), "chain_ok": self.chain_ok, "passed": self.passed}
 
 
-def collect(stack: Stack, figures: Figures) -> Figures:
-    """Fill in the figures from the scenario's database (one snapshot per query)."""
-    ids = stack.execution_ids()
+def collect(engine: Engine, ids: list[str], figures: Figures) -> Figures:
+    """Fill in the figures of the executions ``ids`` from the database (one snapshot per
+    query); every refund of the tenant is counted, so one nobody requested shows too."""
     figures.requested = len(ids)
-    with Session(stack.runtime.engine) as session:
+    with Session(engine) as session:
         executions = _executions(session, ids)
         refunds = _refunds_by_draft(session)
         drafts = _draft_statuses(session, [e.draft_id for e in executions.values()])

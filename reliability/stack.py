@@ -6,6 +6,7 @@ would. The drill acts as the agent (the MCP door's core, ``ToolDoor``) and as th
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -204,24 +205,39 @@ def _healthy(base: str) -> bool:
 
 
 class Client:
-    """The agent and the approvers, through the real doors, retrying what is transient."""
+    """The agent and the approvers, through the real doors, retrying what is transient.
 
-    def __init__(self, runtime: Runtime, demo: dict[str, Any], api_url: str, label: str) -> None:
+    Given several API replicas, each request goes to the next one (round-robin, as a load
+    balancer would): nothing a client does is pinned to one replica. Thread-safe."""
+
+    def __init__(
+        self, runtime: Runtime, demo: dict[str, Any], api_urls: str | list[str], label: str
+    ) -> None:
         self.demo = demo
         self.label = label
         self.door = ToolDoor(runtime, stdio_token=demo["tokens"]["agent"])
-        self.http = httpx.Client(base_url=api_url, timeout=15)
+        urls = [api_urls] if isinstance(api_urls, str) else api_urls
+        self.https = [httpx.Client(base_url=url, timeout=15) for url in urls]
+        self._turn = itertools.count()
         self.stats = ClientStats()
         self._lock = threading.Lock()
 
     def close(self) -> None:
-        self.http.close()
+        for http in self.https:
+            http.close()
+
+    def next_http(self) -> httpx.Client:
+        return self.https[next(self._turn) % len(self.https)]
 
     def request_execution(self, index: int) -> Requested:
         """Propose a 1.00 USD refund, approve it with as many signatures as its policy
         needs, and request its execution; returns the execution the API accepted."""
         draft_id = self.propose(index)
         self.approve(draft_id)
+        return self.execute(draft_id, index)
+
+    def execute(self, draft_id: str, index: int = -1) -> Requested:
+        """Request the execution of an approved draft (a repeated request: the same one)."""
         response = self._http("POST", f"/v1/drafts/{draft_id}/execute", "approver_alice")
         if response.status_code != 202:
             raise DrillError(f"execute {draft_id}: {response.status_code} {response.text}")
@@ -289,10 +305,10 @@ class Client:
         headers = {"Authorization": f"Bearer {self.demo['tokens'][token]}"}
 
         def once() -> httpx.Response:
-            response = self.http.request(method, path, headers=headers, **kwargs)
+            response = self.next_http().request(method, path, headers=headers, **kwargs)
             self._count_status(response)
             if response.status_code >= 500 or response.status_code == 429:
-                raise _Transient(f"HTTP {response.status_code} on {method} {path}")
+                raise Transient(f"HTTP {response.status_code} on {method} {path}")
             return response
 
         return self._retrying(once)
@@ -312,11 +328,13 @@ class Client:
         while True:
             try:
                 return call()
+            except DrillError:
+                raise  # the call itself decided: not worth another try
             except DomainError as error:
                 if not (error.retryable or error.category is Category.TRANSIENT):
                     raise DrillError(f"refused: {error.code} {error.message}") from error
                 problem: Exception = error
-            except (_Transient, httpx.TransportError, OSError) as exc:
+            except (Transient, httpx.TransportError, OSError) as exc:
                 problem = exc
             except Exception as exc:  # e.g. the database went away under the door's session
                 problem = exc
@@ -329,8 +347,8 @@ class Client:
             delay = min(delay * 2, 2.0)
 
 
-class _Transient(Exception):
-    pass
+class Transient(Exception):
+    """An answer worth retrying (a 5xx, a 429, a retryable tool error)."""
 
 
 class DrillError(RuntimeError):
@@ -420,7 +438,12 @@ def scenario_stack(
             label, root, settings, runtime, demo, api_url, publisher, beat, client,
             postgres, redis, ledger, timing,
         )  # fmt: skip
-        stack.callback(lambda: [w.kill() for w in drill.workers])
+        stack.callback(_kill_all, drill.workers)
         stack.callback(beat.stop)
         beat.start()
         yield drill
+
+
+def _kill_all(workers: list[Worker]) -> None:
+    for worker in workers:
+        worker.kill()

@@ -63,13 +63,24 @@ def _default_port(scheme: str) -> int:
     return {"redis": 6379, "rediss": 6380, "amqp": 5672}.get(scheme, 6379)
 
 
-def readiness(engine: Engine, settings: Settings) -> dict[str, str]:
-    """Each check: "ok", or what is wrong. Ready means every check is ok."""
+def readiness(engine: Engine, settings: Settings, component: Component = "api") -> dict[str, str]:
+    """Each check: "ok", or what is wrong. Ready means every check is ok.
+
+    The API needs the database and the broker (execute hands off through it) and reports an
+    unanchored audit log. The MCP server needs only the database: nothing it does goes
+    through the broker, and a load balancer must not take every agent's door away because
+    the checkpoints stopped (the API's readiness and ``doctor`` say that)."""
     checks = {"database": database_reachable(engine)}
+    if component == "mcp":
+        return checks
     checks["broker"] = broker_reachable(settings.resolved_broker_url())
     if checks["database"] == OK:
         checks["audit_checkpoints"] = audit_anchored(engine, settings)
     return checks
+
+
+def is_ready(checks: dict[str, str]) -> bool:
+    return all(value == OK for value in checks.values())
 
 
 def database_reachable(engine: Engine) -> str:

@@ -30,6 +30,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
+        # A worker that reconnects when Redis goes away while it runs a task, instead of
+        # exiting on a Celery 5.7 clean-up error (see workers/consumer.py). A path, not an
+        # import: this module stays free of Celery.
+        "worker_consumer": "workers.consumer:BrokerLossTolerantConsumer",
         # Below the lease, so a stuck attempt ends (and is retried) before another delivery
         # could take it over. Enforced by the prefork pool; the embedded solo pool has none.
         "task_soft_time_limit": settings.execution_lease_seconds * 0.8,

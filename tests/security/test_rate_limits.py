@@ -69,7 +69,7 @@ def test_a_flood_of_bad_tokens_writes_a_count_not_an_event_each(api, runtime):
     recorded = refusals(runtime, "auth.refused")
     assert len(recorded) == 2  # the window's budget of recorded refusals
     # The next window: the first refusal recorded carries the count of the unrecorded ones.
-    runtime.limiter._limiter.clear(parse("2/minute"), "refusals", "auth:http:testclient")
+    runtime.limiter._shared.clear(parse("2/minute"), "refusals", "auth:http:testclient")
     api.get("/v1/drafts", headers=bearer("dg_after"))
     latest = refusals(runtime, "auth.refused")[-1]
     assert latest.data["suppressed_before"] == 13
