@@ -13,11 +13,19 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from mcp_adapter.auth import CredentialAudit, DraftgateTokenVerifier, refuser
+from mcp_adapter.auth import (
+    CredentialAudit,
+    DraftgateTokenVerifier,
+    protected_resource_routes,
+    refuser,
+)
+from mcp_adapter.health import readyz_route
+from mcp_adapter.metrics import metrics_route
 from mcp_adapter.tools import ToolDoor, ToolHandlers, mcp_tools
 from service.db import unavailable
 from service.guards import AddressLimit, BodyLimit, Outage
 from service.runtime import Runtime
+from service.telemetry import observe_asgi
 
 INSTRUCTIONS = (
     "draftgate lets you read a shop's orders and PROPOSE changes. Reads answer immediately. "
@@ -40,6 +48,7 @@ def create_mcp_server(runtime: Runtime, *, stdio_token: str | None = None) -> Se
         instructions=INSTRUCTIONS,
         on_list_tools=handlers.list_tools,
         on_call_tool=handlers.call_tool,
+        get_tool_input_schema=handlers.input_schema_of,
     )
 
 
@@ -55,7 +64,8 @@ async def _healthz(_: Request) -> JSONResponse:
 
 
 def create_http_app(runtime: Runtime) -> ASGIApp:
-    """The streamable-HTTP app at ``/mcp`` plus ``/healthz``; refused credentials are audited."""
+    """The streamable-HTTP app at ``/mcp`` plus ``/healthz`` and the RFC 9728 metadata;
+    refused credentials are audited."""
     settings = runtime.settings
     public = urlsplit(settings.mcp_public_url)
     app = create_mcp_server(runtime).streamable_http_app(
@@ -67,11 +77,18 @@ def create_http_app(runtime: Runtime) -> ASGIApp:
             allowed_hosts=settings.mcp_allowed_hosts,
             allowed_origins=settings.mcp_allowed_origins,
         ),
+        # No resource_server_url: the SDK would publish metadata naming this server as its own
+        # authorization server; the door publishes its own (mcp_adapter.auth).
         auth=AuthSettings(
             issuer_url=f"{public.scheme}://{public.netloc}", resource_server_url=None
         ),
         token_verifier=DraftgateTokenVerifier(runtime),
-        custom_starlette_routes=[Route("/healthz", _healthz)],
+        custom_starlette_routes=[
+            Route("/healthz", _healthz),
+            readyz_route(runtime),
+            metrics_route(runtime),
+            *protected_resource_routes(settings),
+        ],
     )
     # Bodies are bounded in size and depth before the SDK reads them (its own limits answer
     # in plain text or as a parse error and leave no audit record). The depth bound only
@@ -85,7 +102,7 @@ def create_http_app(runtime: Runtime) -> ASGIApp:
         refuse=refuse,
     )
     limited = AddressLimit(bounded, limiter=runtime.limiter, refuse=refuse)
-    return Outage(limited, unavailable=unavailable)
+    return observe_asgi(Outage(limited, unavailable=unavailable))  # trace bound, spans
 
 
 # Deep enough that arguments far too deep for the core (max_argument_depth) still reach it

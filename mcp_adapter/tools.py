@@ -27,6 +27,7 @@ from mcp.types import (
     ToolAnnotations,
 )
 
+from mcp_adapter import metrics as tool_metrics
 from mcp_adapter.auth import DOOR, authenticate_for_mcp, principal_from
 from mcp_adapter.errors import as_tool_error
 from service.db import session_scope, unavailable
@@ -34,6 +35,7 @@ from service.errors import DomainError, internal_error
 from service.principal import Principal
 from service.ratelimit import record_throttled
 from service.runtime import Runtime
+from service.telemetry import tool_call
 from service.toolcalls import actions as toolcalls
 from service.toolcalls.schemas import ToolSpec
 from service.tracing import trace_id_from
@@ -142,6 +144,11 @@ class ToolHandlers:
     async def list_tools(self, ctx: Any, params: PaginatedRequestParams | None) -> ListToolsResult:
         return ListToolsResult(tools=self.tools)
 
+    def input_schema_of(self, name: str) -> dict[str, Any] | None:
+        """A tool's input schema, for the SDK's check of ``Mcp-Param-*`` headers: without it
+        the SDK calls ``list_tools`` and serializes every tool on every call (~2 ms)."""
+        return next((tool.input_schema for tool in self.tools if tool.name == name), None)
+
     async def call_tool(self, ctx: Any, params: CallToolRequestParams) -> CallToolResult:
         """Trace id from ``traceparent``, principal from the verified access token (HTTP) or
         the stdio token, the work itself in a thread; every refusal a structured error."""
@@ -149,17 +156,23 @@ class ToolHandlers:
         traceparent = request.headers.get("traceparent") if request is not None else None
         access_token = get_access_token()
         principal = principal_from(access_token) if access_token is not None else None
-        work = partial(
-            self.door.call,
-            params.name,
-            params.arguments or {},
-            trace_id_from(traceparent),
-            principal,
-        )
-        try:
-            result = await anyio.to_thread.run_sync(work)
-        except DomainError as error:
-            return as_tool_error(error)
+        known = any(tool.name == params.name for tool in self.tools)
+        # The span first: the trace id the core records is the span's (service.tracing).
+        with tool_call(params.name if known else None, traceparent) as span:
+            work = partial(
+                self.door.call,
+                params.name,
+                params.arguments or {},
+                trace_id_from(traceparent),
+                principal,
+            )
+            try:
+                with tool_metrics.observed(self.tools, params.name):
+                    result = await anyio.to_thread.run_sync(work)
+            except DomainError as error:
+                span.finish(error.code)
+                return as_tool_error(error)
+            span.finish("ok", draft_id=result.get("draft_id"))
         return CallToolResult(
             content=[TextContent(type="text", text=json.dumps(result, ensure_ascii=False))],
             structured_content=result,

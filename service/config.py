@@ -6,7 +6,7 @@ import json
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -146,6 +146,54 @@ class Settings(BaseSettings):
     # a proxy, name it here: otherwise every client has the proxy's address, and the
     # per-address rate limit counts them all as one.
     forwarded_allow_ips: str = "127.0.0.1"
+
+    # The public URL of the HTTP API: its resource identifier in its OAuth protected-resource
+    # metadata, and the audience an OAuth access token for the API must carry.
+    api_public_url: str = "http://127.0.0.1:8000"
+    # OAuth resource-server mode (docs/authorization.md): the issuer URL of an external OpenID
+    # provider whose JWT access tokens both doors accept beside draftgate tokens; empty: off.
+    oidc_issuer: str = ""
+    # Scopes every OAuth access token must carry (also advertised as scopes_supported).
+    oidc_required_scopes: list[str] = Field(default_factory=lambda: ["draftgate"])
+    # Signature algorithms accepted on OAuth access tokens: asymmetric ones only.
+    oidc_algorithms: list[str] = Field(
+        default_factory=lambda: ["RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA"]
+    )
+    # The claim that names the caller (its draftgate subject).
+    oidc_subject_claim: str = "sub"
+    # The claim that names the caller's draftgate role (agent, approver, auditor, admin).
+    oidc_role_claim: str = "draftgate_role"
+    # The claim that names the caller's tenant; ignored when oidc_tenant is set.
+    oidc_tenant_claim: str = "draftgate_tenant"
+    # One tenant for every OAuth caller (a provider that cannot add a tenant claim); empty:
+    # the tenant comes from oidc_tenant_claim.
+    oidc_tenant: str = ""
+    # The claim that names the end user an agent acts for (required for agents).
+    oidc_on_behalf_of_claim: str = "draftgate_on_behalf_of"
+    # How far exp/nbf/iat may be off from this server's clock.
+    oidc_clock_skew_seconds: int = Field(default=30, ge=0, le=300)
+    # How long the provider's discovery document and signing keys (JWKS) are kept.
+    oidc_jwks_cache_seconds: int = Field(default=300, ge=1)
+    # The shortest time between two JWKS fetches made because a token named an unknown key
+    # (rotation), so a flood of made-up key ids cannot make draftgate hammer the provider.
+    oidc_jwks_min_refresh_seconds: float = Field(default=30.0, ge=0)
+    # Timeout of each request to the OpenID provider.
+    oidc_http_timeout_seconds: float = Field(default=5.0, gt=0)
+
+    # The bearer token Prometheus must present on /metrics (API, MCP server and worker);
+    # empty: /metrics answers whoever reaches the port (totals only: no tenants, no ids).
+    metrics_token: str = ""
+    # The port of the worker's /metrics (Prometheus text, the main process answering for its
+    # pool; prefork pools need PROMETHEUS_MULTIPROC_DIR, docs/metrics.md); 0: no endpoint.
+    worker_metrics_port: int = Field(default=0, ge=0, le=65_535)
+    # The interface the worker's /metrics listens on.
+    worker_metrics_host: str = "127.0.0.1"
+
+    # How log lines are written (docs/observability.md): "json", one object per line, for
+    # production; "console", aligned human-readable lines (what `draftgate dev` uses).
+    log_format: Literal["json", "console"] = "json"
+    # The lowest level logged (DEBUG, INFO, WARNING, ERROR); SQL statements are never logged.
+    log_level: str = Field(default="INFO", pattern=r"(?i)^(debug|info|warning|error|critical)$")
 
     def resolved_database_url(self) -> str:
         """The configured database URL, or the embedded SQLite file in the state dir."""

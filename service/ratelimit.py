@@ -9,18 +9,50 @@ by the next recorded refusal, so a flood cannot bloat the hash chain.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TypeVar
 
 from limits import RateLimitItem, parse, storage, strategies
+from limits.errors import StorageError
 from sqlalchemy import Engine
 from sqlmodel import Session
 
 from service.db import session_scope
 from service.errors import rate_limited
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+# A shared store that does not answer within this long counts as down (see RateLimiter).
+STORAGE_TIMEOUT_SECONDS = 2.0
+
+
+class InlineExpiryMemoryStorage(storage.MemoryStorage):
+    """``limits``' in-memory counters without their clean-up thread.
+
+    ``MemoryStorage`` starts a 10 ms ``threading.Timer`` on every hit once the previous one
+    has fired: at tool-call rates that is a new thread per hit, ~0.3 ms each, twice per call
+    (address and token). Its counters already expire when read, so the timer only frees
+    memory of keys nobody asks for again; here that sweep runs inline, at most once every
+    ``SWEEP_SECONDS``.
+    """
+
+    SWEEP_SECONDS = 10.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timer.cancel()  # the one the constructor started
+        self._next_sweep = time.monotonic() + self.SWEEP_SECONDS
+
+    def _MemoryStorage__schedule_expiry(self) -> None:  # replaces the parent's private hook
+        now = time.monotonic()
+        if now >= self._next_sweep:
+            self._next_sweep = now + self.SWEEP_SECONDS
+            self._MemoryStorage__expire_events()  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -36,20 +68,47 @@ class RateLimiter:
 
     def __init__(self, limits: Limits) -> None:
         self._limits = limits
+        self._degraded = False  # counting locally since the shared store failed
+        # Built now, in the thread that builds the runtime: built lazily by the first request
+        # it raced the publisher's warm-up thread importing redis, and limits, finding the
+        # half-imported module without a version, refused it (a 500 after every start).
+        self._shared = self._shared_limiter()
+
+    def _shared_limiter(self) -> strategies.FixedWindowRateLimiter:
+        url = self._limits.storage_url
+        if url.startswith("memory"):
+            return strategies.FixedWindowRateLimiter(InlineExpiryMemoryStorage())
+        # A store that hangs must not hang every request.
+        options = {"socket_timeout": STORAGE_TIMEOUT_SECONDS}
+        options["socket_connect_timeout"] = STORAGE_TIMEOUT_SECONDS
+        store = storage.storage_from_string(url, wrap_exceptions=True, **options)
+        return strategies.FixedWindowRateLimiter(store)
 
     @cached_property
-    def _limiter(self) -> strategies.FixedWindowRateLimiter:
-        return strategies.FixedWindowRateLimiter(
-            storage.storage_from_string(self._limits.storage_url)
-        )
+    def _local(self) -> strategies.FixedWindowRateLimiter:
+        return strategies.FixedWindowRateLimiter(InlineExpiryMemoryStorage())
 
-    @cached_property
-    def _storage(self) -> storage.Storage:
-        return self._limiter.storage
+    def _counted(self, count: Callable[[strategies.FixedWindowRateLimiter], T]) -> T:
+        """``count`` on the shared counters, or on this process's own while the shared store
+        is down. A Redis outage must neither crash every request (the topology run found
+        500s on both doors) nor switch the limits off: each replica then counts alone, so
+        the bound holds per replica, and every call tries the shared store first again."""
+        try:
+            result = count(self._shared)
+        except StorageError as exc:
+            if not self._degraded:  # once per outage, not once per request
+                logger.warning("rate-limit store unavailable, counting in this process: %s", exc)
+            self._degraded = True
+            return count(self._local)
+        if self._degraded:
+            logger.warning("rate-limit store answers again: shared counters in use")
+            self._degraded = False
+        return result
 
     def reset(self) -> None:
         """Forget every counter (tests that reuse one process's limiter start afresh)."""
-        self._storage.reset()
+        self._shared.storage.reset()
+        self._local.storage.reset()
 
     def check_address(self, address: str) -> None:
         """Refuse (RATE_LIMITED) once a client address passes its limit in the window."""
@@ -64,20 +123,36 @@ class RateLimiter:
     def refusal_to_record(self, key: str) -> int | None:
         """Whether to audit one more refusal for ``key`` (a door and address): None to only
         count it; else how many were counted, unrecorded, since the last recorded one."""
-        item = parse(self._limits.recorded_refusals)
-        suppressed = f"draftgate/suppressed/{key}"
-        if not self._limiter.hit(item, "refusals", key):
-            self._storage.incr(suppressed, expiry=24 * 3600)
-            return None
-        count = int(self._storage.get(suppressed) or 0)
-        if count:
-            self._storage.clear(suppressed)
-        return count
+        return self._counted(lambda limiter: _refusal_to_record(limiter, self._limits, key))
 
     def _hit(self, item: RateLimitItem, kind: str, key: str, scope: str) -> None:
-        if not self._limiter.hit(item, kind, key):
-            stats = self._limiter.get_window_stats(item, kind, key)
-            raise rate_limited(scope, max(1, math.ceil(stats.reset_time - time.time())))
+        retry_after = self._counted(lambda limiter: _over_limit(limiter, item, kind, key))
+        if retry_after is not None:
+            raise rate_limited(scope, retry_after)
+
+
+def _over_limit(
+    limiter: strategies.FixedWindowRateLimiter, item: RateLimitItem, kind: str, key: str
+) -> int | None:
+    """Count one hit; None while within the limit, else the seconds until the window ends."""
+    if limiter.hit(item, kind, key):
+        return None
+    stats = limiter.get_window_stats(item, kind, key)
+    return max(1, math.ceil(stats.reset_time - time.time()))
+
+
+def _refusal_to_record(
+    limiter: strategies.FixedWindowRateLimiter, limits: Limits, key: str
+) -> int | None:
+    item = parse(limits.recorded_refusals)
+    suppressed = f"draftgate/suppressed/{key}"
+    if not limiter.hit(item, "refusals", key):
+        limiter.storage.incr(suppressed, expiry=24 * 3600)
+        return None
+    count = int(limiter.storage.get(suppressed) or 0)
+    if count:
+        limiter.storage.clear(suppressed)
+    return count
 
 
 def record_throttled(

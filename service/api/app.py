@@ -9,8 +9,10 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
 from service.api.errors import PROBLEM_JSON, install_error_handlers, problems, refuse_request
+from service.api.observability import TraceContext, observe
 from service.api.publisher import celery_publisher
-from service.api.routes import audit, drafts, executions, health
+from service.api.routes import audit, drafts, executions, health, metrics
+from service.api.routes.well_known import ResourceChallenge, protected_resource_router
 from service.config import get_settings
 from service.executions.outbox import Publisher
 from service.guards import AddressLimit, BodyLimit
@@ -30,6 +32,7 @@ def create_app(runtime: Runtime | None = None, *, publisher: Publisher | None = 
         summary="Approve, execute and audit the writes AI agents propose.",
         generate_unique_id_function=operation_id,
     )
+    observe(app)  # logs name each request's trace and ids; spans when tracing
     runtime = runtime or build_runtime(get_settings())
     runtime.cursors.load()
     app.state.runtime = runtime
@@ -40,10 +43,15 @@ def create_app(runtime: Runtime | None = None, *, publisher: Publisher | None = 
         BodyLimit, max_bytes=runtime.settings.max_request_bytes, refuse=refuse_request
     )
     app.add_middleware(AddressLimit, limiter=runtime.limiter, refuse=refuse_request)
+    # Around the limits: every 401 of /v1, theirs included, points to the resource metadata.
+    app.add_middleware(ResourceChallenge, resource=runtime.settings.api_public_url)
+    app.add_middleware(TraceContext)  # outermost of ours: every refusal names its trace
     app.include_router(health.router)
+    app.include_router(protected_resource_router(runtime.settings))
     app.include_router(drafts.router)
     app.include_router(executions.router)
     app.include_router(audit.router)
+    app.include_router(metrics.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

@@ -126,6 +126,8 @@ DOCS = Public("openapi"), Public("swagger_ui_html"), Public("swagger_ui_redirect
 EXPECTED: dict[tuple[str, str], Public | Guarded] = {
     ("GET", "/healthz"): Public("healthz"),
     ("GET", "/readyz"): Public("readyz", probe=True),
+    ("GET", "/.well-known/oauth-protected-resource"): Public("well_known.protected_resource"),
+    ("GET", "/metrics"): Public("metrics"),  # open unless DRAFTGATE_METRICS_TOKEN is set
     ("GET", "/openapi.json"): DOCS[0],
     ("HEAD", "/openapi.json"): DOCS[0],
     ("GET", "/docs"): DOCS[1],
@@ -393,7 +395,8 @@ def _check_refused(
     problem = response.json()
     assert (problem["code"], problem["status"]) == (refusal.code, refusal.status), problem
     if refusal.status == 401:
-        assert response.headers.get("www-authenticate") == "Bearer"
+        assert response.headers.get("www-authenticate", "").startswith("Bearer ")
+        assert "resource_metadata=" in response.headers["www-authenticate"]  # RFC 9728 §5.1
     assert after.effects == before.effects, f"a refused request changed: {_diff(before, after)}"
     assert [e.type for e in events] == [refusal.event], (
         f"expected exactly one {refusal.event}, got {[(e.tenant, e.type) for e in events]}"
