@@ -38,12 +38,11 @@ from reliability.stack import (
     Timing,
     Transient,
     scenario_settings,
+    seed_run_demo,
 )
 from service.audit.checkpoints import ensure_key, latest_for
 from service.audit.models import AuditHead
 from service.config import Settings
-from service.db import session_scope
-from service.demo import seed_demo
 from service.migrate import upgrade
 from service.runtime import Runtime, build_runtime
 
@@ -208,15 +207,7 @@ def prepare(settings: Settings) -> tuple[Runtime, dict[str, Any]]:
     upgrade(settings.resolved_database_url())
     ensure_key(settings.resolved_checkpoint_key_file())
     runtime = build_runtime(settings)
-    with session_scope(runtime.engine) as session:
-        demo = seed_demo(
-            session,
-            tenant=TENANT,
-            state_dir=settings.state_dir,
-            api_url="http://api.invalid",
-            mcp_url="http://mcp.invalid/mcp",
-        )
-    return runtime, demo
+    return runtime, seed_run_demo(runtime)
 
 
 @contextmanager

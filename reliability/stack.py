@@ -400,6 +400,19 @@ class Stack:
         return [r.execution_id for r in self.requested]
 
 
+def seed_run_demo(runtime: Runtime) -> dict[str, Any]:
+    """The demo tenant of a run (its manifest: tokens, keys, orders); its URLs are never
+    dialled, the run knows where its servers are."""
+    with session_scope(runtime.engine) as session:
+        return seed_demo(
+            session,
+            tenant=TENANT,
+            state_dir=runtime.settings.state_dir,
+            api_url="http://api.invalid",
+            mcp_url="http://mcp.invalid/mcp",
+        )
+
+
 @contextmanager
 def scenario_stack(
     label: str,
@@ -421,14 +434,7 @@ def scenario_stack(
     runtime = build_runtime(settings)
     with ExitStack() as stack:
         stack.callback(runtime.engine.dispose)
-        with session_scope(runtime.engine) as session:
-            demo = seed_demo(
-                session,
-                tenant=TENANT,
-                state_dir=settings.state_dir,
-                api_url="http://api.invalid",
-                mcp_url="http://mcp.invalid/mcp",
-            )
+        demo = seed_run_demo(runtime)
         publisher = SwitchablePublisher(settings)
         api_url = stack.enter_context(api_server(runtime, publisher))
         client = Client(runtime, demo, api_url, label)
