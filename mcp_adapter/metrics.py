@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from service import metrics
-from service.errors import unauthenticated
+from service.errors import ROUTE_NOT_FOUND, unauthenticated
 from service.runtime import Runtime
 
 
@@ -34,10 +34,18 @@ def observed(tools: Sequence[Tool], name: str) -> Iterator[None]:
 
 def metrics_route(runtime: Runtime) -> Route:
     """``/metrics`` of this MCP server: its live metrics (the API reports the database's
-    state, so a scrape here never touches the database)."""
+    state, so a scrape here never touches the database).
+
+    Only with DRAFTGATE_METRICS_TOKEN set: this port faces agents, and tool-call counts
+    summed over every tenant would tell one tenant's agent how busy the others are."""
     token = runtime.settings.metrics_token
 
     async def scrape(request: Request) -> Response:
+        if not token:
+            error = ROUTE_NOT_FOUND(
+                "The MCP server serves /metrics only when DRAFTGATE_METRICS_TOKEN is set."
+            )
+            return JSONResponse(error.to_dict(), status_code=404)
         if not metrics.check_bearer(token, request.headers.get("authorization")):
             error = unauthenticated(
                 "Scraping /metrics needs the bearer token DRAFTGATE_METRICS_TOKEN."

@@ -25,7 +25,7 @@ from mcp_adapter.tools import ToolDoor, ToolHandlers, mcp_tools
 from service.db import unavailable
 from service.guards import AddressLimit, BodyLimit, Outage
 from service.runtime import Runtime
-from service.telemetry import observe_asgi
+from service.telemetry import known_tools, observe_asgi
 
 INSTRUCTIONS = (
     "draftgate lets you read a shop's orders and PROPOSE changes. Reads answer immediately. "
@@ -41,6 +41,7 @@ def create_mcp_server(runtime: Runtime, *, stdio_token: str | None = None) -> Se
     """A low-level MCP server offering the registry's tools. Over HTTP it authenticates with
     our tokens (see ``create_http_app``); over stdio every call is made with ``stdio_token``."""
     handlers = ToolHandlers(ToolDoor(runtime, stdio_token=stdio_token), mcp_tools(runtime))
+    known_tools(tool.name for tool in handlers.tools)  # span names: ours only (telemetry)
     return Server(
         "draftgate",
         version=VERSION,

@@ -181,7 +181,8 @@ class Settings(BaseSettings):
     oidc_http_timeout_seconds: float = Field(default=5.0, gt=0)
 
     # The bearer token Prometheus must present on /metrics (API, MCP server and worker);
-    # empty: /metrics answers whoever reaches the port (totals only: no tenants, no ids).
+    # empty: the API's and the worker's /metrics answer whoever reaches the port (totals only:
+    # no tenants, no ids) and the MCP server, which faces agents, serves none.
     metrics_token: str = ""
     # The port of the worker's /metrics (Prometheus text, the main process answering for its
     # pool; prefork pools need PROMETHEUS_MULTIPROC_DIR, docs/metrics.md); 0: no endpoint.

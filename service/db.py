@@ -239,4 +239,7 @@ def unavailable(exc: BaseException) -> DomainError | None:
         lost = any(word in str(exc).lower() for word in SQLITE_UNAVAILABLE)
     if not lost:
         return None
-    return DATABASE_UNAVAILABLE("The database is unavailable; nothing was changed.")
+    # A restart or failover takes seconds: a client may try again soon (Retry-After).
+    return DATABASE_UNAVAILABLE(
+        "The database is unavailable; nothing was changed.", details={"retry_after_seconds": 1}
+    )

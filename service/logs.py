@@ -44,10 +44,13 @@ _SECRET_KEY = re.compile(
     r"credential|checkpoint_key",
     re.IGNORECASE,
 )
-# Secrets recognisable in free text: draftgate's bearer tokens, Authorization header values,
-# PEM private keys, and the values of query parameters named like secrets.
+# Secrets recognisable in free text: draftgate's bearer tokens, OAuth access tokens (JWTs),
+# Authorization header values, PEM private keys, passwords in URLs, and the values of query
+# parameters named like secrets.
 _SECRET_TEXT = [
     (re.compile(r"dg_[A-Za-z0-9_-]{16,}"), "dg_" + REDACTED),
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"), "[redacted jwt]"),
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]*:)[^/\s@]+@"), r"\1" + REDACTED + "@"),
     (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + REDACTED),
     (
         re.compile(
@@ -179,6 +182,8 @@ def redact(_logger: WrappedLogger, _method: str, event: EventDict) -> EventDict:
 def _redacted(key: str, value: Any) -> Any:
     if key not in ("event", "exception", "trace_id") and _SECRET_KEY.search(key):
         return REDACTED
+    if isinstance(value, bytes | bytearray):  # raw headers, e.g. (b"authorization", b"…")
+        value = bytes(value).decode("latin-1")
     if isinstance(value, str):
         for pattern, replacement in _SECRET_TEXT:
             value = pattern.sub(replacement, value)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,7 +39,8 @@ class InlineExpiryMemoryStorage(storage.MemoryStorage):
     has fired: at tool-call rates that is a new thread per hit, ~0.3 ms each, twice per call
     (address and token). Its counters already expire when read, so the timer only frees
     memory of keys nobody asks for again; here that sweep runs inline, at most once every
-    ``SWEEP_SECONDS``.
+    ``SWEEP_SECONDS``, by one thread at a time, and tolerates keys that a concurrent read
+    expired meanwhile (the library's own sweep would raise KeyError in a request thread).
     """
 
     SWEEP_SECONDS = 10.0
@@ -47,12 +49,25 @@ class InlineExpiryMemoryStorage(storage.MemoryStorage):
         super().__init__()
         self.timer.cancel()  # the one the constructor started
         self._next_sweep = time.monotonic() + self.SWEEP_SECONDS
+        self._sweeping = threading.Lock()
 
     def _MemoryStorage__schedule_expiry(self) -> None:  # replaces the parent's private hook
         now = time.monotonic()
-        if now >= self._next_sweep:
+        if now < self._next_sweep or not self._sweeping.acquire(blocking=False):
+            return
+        try:
             self._next_sweep = now + self.SWEEP_SECONDS
-            self._MemoryStorage__expire_events()  # type: ignore[attr-defined]
+            self._sweep(time.time())
+        finally:
+            self._sweeping.release()
+
+    def _sweep(self, now: float) -> None:
+        """Forget the counters whose window ended (fixed windows: no moving-window events)."""
+        for key, expiry in list(self.expirations.items()):
+            if expiry <= now:
+                self.storage.pop(key, None)
+                self.expirations.pop(key, None)
+                self.locks.pop(key, None)
 
 
 @dataclass(frozen=True)

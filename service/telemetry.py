@@ -10,7 +10,7 @@ helpers below cost one boolean test. docs/observability.md lists the spans.
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -68,9 +68,78 @@ def build_tracer_provider(component: str) -> TracerProvider | None:
 
     # OTEL_SERVICE_NAME, when set, wins over the component's default name.
     defaults = {} if os.environ.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: _name(component)}
-    provider = TracerProvider(resource=Resource.create(defaults))
+    provider = TracerProvider(
+        resource=Resource.create(defaults), sampler=_sampler(), span_limits=_span_limits()
+    )
+    provider.add_span_processor(_bounded_tool_names())
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     return provider
+
+
+def _sampler() -> Any:
+    """The operator's sampler (OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG), deciding for
+    remote parents too: the client's sampled flag is the agent's to set, and would otherwise
+    let it drop its own calls from the traces (flags 00) or force every one in (01)."""
+    from opentelemetry.sdk.trace import sampling
+
+    name = os.environ.get("OTEL_TRACES_SAMPLER", "parentbased_always_on").strip().lower()
+    root: sampling.Sampler = sampling.ALWAYS_ON
+    if name.endswith("always_off"):
+        root = sampling.ALWAYS_OFF
+    elif name.endswith("traceidratio"):
+        try:
+            ratio = float(os.environ.get("OTEL_TRACES_SAMPLER_ARG", "1.0"))
+        except ValueError:
+            ratio = 1.0
+        root = sampling.TraceIdRatioBased(min(max(ratio, 0.0), 1.0))
+    return sampling.ParentBased(root, remote_parent_sampled=root, remote_parent_not_sampled=root)
+
+
+def _span_limits() -> Any:
+    """Attribute values bounded (the SDK's spans carry client-sent text), unless the operator
+    set OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT."""
+    from opentelemetry.sdk.trace import SpanLimits
+
+    limit = None if os.environ.get("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT") else MAX_ATTRIBUTE_LENGTH
+    return SpanLimits(max_attribute_length=limit)
+
+
+MAX_ATTRIBUTE_LENGTH = 256
+
+
+class _KnownTools:
+    """The tool names this process serves (the registry's), set by the MCP door."""
+
+    names: frozenset[str] = frozenset()
+
+
+def known_tools(names: Iterable[str]) -> None:
+    _KnownTools.names = frozenset(names)
+
+
+def bound_tool_name(span: Any) -> None:
+    """The MCP SDK names its span ``tools/call <name>`` with the name the client sent; a name
+    that is not one of ours becomes ``<unknown>``, so the model's text cannot mint span names
+    (unbounded cardinality in a trace backend) or fill attributes."""
+    attributes = span.attributes or {}
+    for attribute in ("gen_ai.tool.name", "gen_ai.prompt.name"):
+        value = attributes.get(attribute)
+        if value is not None and value not in _KnownTools.names:
+            span.set_attribute(attribute, UNKNOWN_TOOL)
+            method = str(attributes.get("mcp.method.name", "mcp"))[:32]
+            span.update_name(f"{method} {UNKNOWN_TOOL}")
+
+
+def _bounded_tool_names() -> Any:
+    """A span processor applying ``bound_tool_name`` as each span starts (built here: the SDK
+    is imported only when tracing is on)."""
+    from opentelemetry.sdk.trace import SpanProcessor
+
+    class BoundedToolNames(SpanProcessor):
+        def on_start(self, span: Any, parent_context: Any = None) -> None:
+            bound_tool_name(span)
+
+    return BoundedToolNames()
 
 
 def configure(component: str) -> bool:

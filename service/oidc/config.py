@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from service.config import Settings
 
@@ -44,8 +46,11 @@ def oidc_config(settings: Settings) -> OidcConfig | None:
             "DRAFTGATE_OIDC_ALGORITHMS must list asymmetric algorithms only"
             + (f" (not {', '.join(forbidden)})" if forbidden else "")
         )
-    if not settings.oidc_issuer.startswith(("https://", "http://")):
-        raise OidcConfigError("DRAFTGATE_OIDC_ISSUER must be the provider's http(s) issuer URL")
+    if not secure_url(settings.oidc_issuer):
+        raise OidcConfigError(
+            "DRAFTGATE_OIDC_ISSUER must be the provider's https issuer URL "
+            "(http only to a loopback address)"
+        )
     return OidcConfig(
         issuer=settings.oidc_issuer,
         required_scopes=tuple(settings.oidc_required_scopes),
@@ -60,3 +65,25 @@ def oidc_config(settings: Settings) -> OidcConfig | None:
         min_refresh_seconds=settings.oidc_jwks_min_refresh_seconds,
         http_timeout_seconds=settings.oidc_http_timeout_seconds,
     )
+
+
+def secure_url(url: str) -> bool:
+    """https, or http to this machine: the keys that decide who may act must not travel where
+    anyone on the network can replace them (a provider on loopback is a test or a sidecar)."""
+    try:
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+    except ValueError:
+        return False
+    if not host:
+        return False
+    return parts.scheme == "https" or (parts.scheme == "http" and _loopback(host))
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name: only "localhost" is known to stay on this machine
+        return False

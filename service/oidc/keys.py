@@ -8,6 +8,7 @@ keys already held keep being used.
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
@@ -18,7 +19,7 @@ import httpx
 from joserfc.errors import JoseError
 from joserfc.jwk import Key, import_key
 
-from service.oidc.config import OidcConfig
+from service.oidc.config import OidcConfig, secure_url
 from service.oidc.refusals import TokenRefused, refused
 
 SIGNING_KEY_TYPES = frozenset({"RSA", "EC", "OKP"})
@@ -65,7 +66,7 @@ class ProviderKeys:
         self.fetches += 1
         try:
             self._keys = self._fetch()
-        except (httpx.HTTPError, ValueError) as error:
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as error:
             if not self._keys:  # nothing to fall back on
                 raise refused(
                     "provider_unavailable",
@@ -77,13 +78,13 @@ class ProviderKeys:
     def _fetch(self) -> dict[str | None, Key]:
         timeout = self._config.http_timeout_seconds
         with httpx.Client(timeout=timeout, follow_redirects=False) as http:
-            discovery = _json(http.get(discovery_url(self._config.issuer)))
+            discovery = _json(http, discovery_url(self._config.issuer))
             if discovery.get("issuer") != self._config.issuer:
                 raise ValueError("the discovery document names another issuer")
             jwks_uri = discovery.get("jwks_uri")
-            if not isinstance(jwks_uri, str) or not jwks_uri.startswith(("https://", "http://")):
-                raise ValueError("the discovery document has no jwks_uri")
-            jwks = _json(http.get(jwks_uri))
+            if not isinstance(jwks_uri, str) or not secure_url(jwks_uri):
+                raise ValueError("the discovery document has no https jwks_uri")
+            jwks = _json(http, jwks_uri)
         return _signing_keys(jwks.get("keys"))
 
 
@@ -92,9 +93,20 @@ def discovery_url(issuer: str) -> str:
     return issuer.rstrip("/") + "/.well-known/openid-configuration"
 
 
-def _json(response: httpx.Response) -> dict[str, Any]:
-    response.raise_for_status()
-    document = response.json()
+# A discovery document or a JWKS is a few KiB; a provider (or whoever answers for it) that
+# sends more is not one.
+MAX_DOCUMENT_BYTES = 1 << 20
+
+
+def _json(http: httpx.Client, url: str) -> dict[str, Any]:
+    with http.stream("GET", url) as response:
+        response.raise_for_status()
+        body = bytearray()
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > MAX_DOCUMENT_BYTES:
+                raise ValueError("the provider's document is too large")
+    document = json.loads(body)
     if not isinstance(document, dict):
         raise ValueError("not a JSON object")
     return document

@@ -37,9 +37,32 @@ def calls(samples: Samples, tool: str, outcome: str) -> float:
     return samples.get(key, 0.0)
 
 
-async def test_tool_calls_are_counted_by_tool_and_outcome(mcp_url, demo):
+TOKEN = "mcp-scrape-012345"
+SCRAPER = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+def scraped_mcp_url(settings, demo):
+    """An MCP server that serves /metrics (only with a metrics token: it faces agents)."""
+    runtime = build_runtime(settings.model_copy(update={"metrics_token": TOKEN}))
+    try:
+        with serve(create_http_app(runtime)) as base:
+            yield base + "/mcp"
+    finally:
+        runtime.engine.dispose()
+
+
+async def test_without_a_metrics_token_the_mcp_server_serves_no_metrics(mcp_url):
+    response = httpx.get(metrics_url(mcp_url), timeout=30)
+    assert response.status_code == 404
+    assert "DRAFTGATE_METRICS_TOKEN" in response.json()["message"]
+    assert "draftgate_tool_calls_total" not in response.text
+
+
+async def test_tool_calls_are_counted_by_tool_and_outcome(scraped_mcp_url, demo):
+    mcp_url = scraped_mcp_url
     url = metrics_url(mcp_url)
-    _, before = scrape(url)
+    _, before = scrape(url, SCRAPER)
     async with connect(mcp_url, demo["tokens"]["agent"]) as agent:
         for _ in range(2):
             ok = await agent.call_tool("get_order", {"order_id": demo["orders"]["paid"]})
@@ -51,7 +74,7 @@ async def test_tool_calls_are_counted_by_tool_and_outcome(mcp_url, demo):
         # The tool name is the agent's: it must not become a label value.
         unknown = await agent.call_tool("refund_ORD-1004_now", {})
         assert error_of(unknown)["code"] == "UNKNOWN_TOOL"
-    text, after = scrape(url)
+    text, after = scrape(url, SCRAPER)
 
     def grew(tool: str, outcome: str) -> float:
         return calls(after, tool, outcome) - calls(before, tool, outcome)
@@ -73,18 +96,12 @@ async def test_tool_calls_are_counted_by_tool_and_outcome(mcp_url, demo):
     assert not any(name == "draftgate_drafts" for name, _ in after)
 
 
-async def test_with_a_metrics_token_the_mcp_scrape_needs_it(settings, demo):
-    runtime = build_runtime(settings.model_copy(update={"metrics_token": "mcp-scrape-012345"}))
-    try:
-        with serve(create_http_app(runtime)) as base:
-            refused = httpx.get(base + "/metrics", timeout=30)
-            assert refused.status_code == 401
-            assert refused.json()["code"] == "UNAUTHENTICATED"
-            wrong = httpx.get(base + "/metrics", headers={"Authorization": "Bearer x"}, timeout=30)
-            assert wrong.status_code == 401
-            _, samples = scrape(
-                base + "/metrics", headers={"Authorization": "Bearer mcp-scrape-012345"}
-            )
-            assert samples
-    finally:
-        runtime.engine.dispose()
+async def test_with_a_metrics_token_the_mcp_scrape_needs_it(scraped_mcp_url):
+    url = metrics_url(scraped_mcp_url)
+    refused = httpx.get(url, timeout=30)
+    assert refused.status_code == 401
+    assert refused.json()["code"] == "UNAUTHENTICATED"
+    wrong = httpx.get(url, headers={"Authorization": "Bearer x"}, timeout=30)
+    assert wrong.status_code == 401
+    _, samples = scrape(url, SCRAPER)
+    assert samples

@@ -37,6 +37,7 @@ def test_the_api_answers_a_retryable_503_problem_when_the_database_is_away(unrea
 
     assert response.status_code == 503, response.text
     assert response.headers["content-type"].startswith(PROBLEM_JSON)
+    assert response.headers["retry-after"] == "1"
     body = response.json()
     assert body["code"] == "DATABASE_UNAVAILABLE"
     assert body["retryable"] is True

@@ -160,3 +160,20 @@ def test_warnings_become_log_lines(stream):
 def test_an_unknown_format_is_refused(stream):
     with pytest.raises(ValueError, match="json, console"):
         configure_logging(fmt="xml", level="INFO", stream=stream)
+
+
+def test_jwts_passwords_in_urls_and_byte_headers_are_redacted(stream):
+    configure_logging(fmt="json", level="INFO", stream=stream)
+    jwt = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhZGEifQ.c2lnbmF0dXJlLWJ5dGVz"
+    structlog.get_logger("t").info(
+        f"verified {jwt}",
+        issuer="https://client:p4ssw0rd@idp.example.com/realms/shop",
+        headers=[(b"authorization", b"Bearer dg_" + b"Z9" * 12)],
+    )
+    (line,) = lines(stream)
+    text = stream.getvalue()
+    assert jwt not in text
+    assert "c2lnbmF0dXJl" not in text
+    assert "p4ssw0rd" not in text
+    assert "Z9Z9" not in text
+    assert line["issuer"] == "https://client:[redacted]@idp.example.com/realms/shop"

@@ -49,3 +49,31 @@ def test_expired_keys_are_swept_inline(monkeypatch: pytest.MonkeyPatch) -> None:
     limiter.hit(parse("5/minute"), "address", "198.51.100.2")  # a hit on another key sweeps
     assert list(store.storage) == [next(iter(store.storage))]
     assert all("198.51.100.1" not in key for key in store.storage)
+
+
+def test_sweeping_while_other_threads_count_and_expire_raises_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The library's sweep listed the keys, then indexed them: a key a concurrent read had
+    # expired meanwhile raised KeyError in a request thread (an answer of 500).
+    monkeypatch.setattr(InlineExpiryMemoryStorage, "SWEEP_SECONDS", 0.0)
+    store = InlineExpiryMemoryStorage()
+    errors: list[BaseException] = []
+    deadline = time.monotonic() + 1.0
+
+    def count(n: int) -> None:
+        i = 0
+        while time.monotonic() < deadline:
+            try:
+                store.incr(f"k{n}-{i % 200}", expiry=0.0005)  # expired almost at once
+                store.get(f"k{(n + 1) % 2}-{i % 200}")
+            except Exception as error:  # any of them is the failure
+                errors.append(error)
+            i += 1
+
+    threads = [threading.Thread(target=count, args=(n,)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
