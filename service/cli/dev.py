@@ -64,13 +64,7 @@ def dev(
     manifest = _load_or_seed(settings, manifest_path, api_url=api_url, mcp_url=mcp_url)
     write_manifest(manifest, manifest_path)
 
-    stop_requested = threading.Event()
-
-    def stop(_signum: int, _frame: FrameType | None) -> None:
-        stop_requested.set()
-
-    signal.signal(signal.SIGINT, stop)  # before any child starts: Ctrl-C is never lost
-    signal.signal(signal.SIGTERM, stop)
+    stop_requested, stopped_by = _stop_on_signals()  # before any child starts: none is lost
     children = _start(
         {
             "api": ["serve", "api", "--host", host, "--port", str(api_port)],
@@ -91,7 +85,7 @@ def dev(
                     _died(name, child.returncode, log_dir)
                     raise typer.Exit(code=1)
     finally:
-        _stop(children)
+        _stop(children, grace=SIGINT_GRACE_SECONDS if signal.SIGINT in stopped_by else 0.0)
     typer.echo("stopped")
 
 
@@ -176,7 +170,29 @@ def _wait_ready(
     return True
 
 
-def _stop(children: dict[str, subprocess.Popen[bytes]]) -> None:
+def _stop_on_signals() -> tuple[threading.Event, set[int]]:
+    """An event set by SIGINT or SIGTERM, and the signals received."""
+    stop_requested, stopped_by = threading.Event(), set[int]()
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        stopped_by.add(signum)
+        stop_requested.set()
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    return stop_requested, stopped_by
+
+
+# Ctrl-C in a terminal signals the whole process group: the children are stopping already,
+# and a SIGTERM on top would reach beat while Python shuts down (an "Exception ignored"
+# traceback in its log). Children still running after this get the SIGTERM.
+SIGINT_GRACE_SECONDS = 3.0
+
+
+def _stop(children: dict[str, subprocess.Popen[bytes]], *, grace: float = 0.0) -> None:
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(c.poll() is None for c in children.values()):
+        time.sleep(0.05)
     for child in children.values():
         if child.poll() is None:
             child.send_signal(signal.SIGTERM)

@@ -22,7 +22,8 @@ _observe("mcp")
 provider = trace.get_tracer_provider()
 print(type(provider).__name__)
 if hasattr(provider, "resource"):  # the SDK's provider, not the API's no-op proxy
-    [processor] = provider._active_span_processor._span_processors
+    names, processor = provider._active_span_processor._span_processors  # names, then export
+    print(type(names).__name__)
     exporter = processor.span_exporter
     print(type(processor).__name__, type(exporter).__name__, exporter._endpoint)
     print(provider.resource.attributes["service.name"])
@@ -53,6 +54,7 @@ def test_serve_installs_no_tracer_provider_without_an_otlp_endpoint():
 def test_serve_exports_in_batches_over_otlp_http_with_an_endpoint():
     assert serve_tracer_provider(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:4318") == [
         "TracerProvider",
+        "BoundedToolNames",
         "BatchSpanProcessor OTLPSpanExporter http://127.0.0.1:4318/v1/traces",
         "draftgate-mcp",
     ]
@@ -61,6 +63,7 @@ def test_serve_exports_in_batches_over_otlp_http_with_an_endpoint():
         OTEL_SERVICE_NAME="shop-gateway",
     ) == [
         "TracerProvider",
+        "BoundedToolNames",
         "BatchSpanProcessor OTLPSpanExporter http://collector:4318/traces",
         "shop-gateway",
     ]
