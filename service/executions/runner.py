@@ -32,7 +32,6 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
-from service import metrics
 from service.approvals.actions import check_quorum
 from service.db import session_scope
 from service.drafts import repository as drafts_repository
@@ -118,7 +117,6 @@ def _claim(runtime: Runtime, execution_id: str) -> Claim | RunResult:
         deadline = runtime.settings.execution_start_deadline_seconds
         if _too_late(execution, now, deadline):
             state.expire(session, execution, draft, now=now, deadline=deadline)
-            metrics.execution_finished(session, execution)
             return RunResult(ExecutionStatus.EXPIRED.value)
         refusal = _refusal(session, runtime, execution, draft)
         if refusal is not None:
@@ -134,7 +132,6 @@ def _claim(runtime: Runtime, execution_id: str) -> Claim | RunResult:
                 event="security.execution_refused" if refusal.security else "execution.refused",
                 event_data={"problem": refusal.message, "code": refusal.code},
             )
-            metrics.execution_finished(session, execution)
             return RunResult(ExecutionStatus.FAILED.value)
         assert draft is not None
         took_over = state.start_attempt(
@@ -327,7 +324,6 @@ def _record_success(runtime: Runtime, claim: Claim, outcome: Outcome) -> RunResu
             return RunResult("superseded")
         result = {"summary": outcome.summary, **outcome.data}
         state.succeed(session, execution, draft, now=utcnow(), outcome=result)
-        metrics.execution_finished(session, execution)
         return RunResult(ExecutionStatus.SUCCEEDED.value)
 
 
@@ -372,7 +368,6 @@ def _record_failure(runtime: Runtime, claim: Claim, error: DomainError) -> RunRe
             reason=reason,
             event_data={"attempt": claim.attempt, "error": detail, "attempts_exhausted": exhausted},
         )
-        metrics.execution_finished(session, execution)
         return RunResult(ExecutionStatus.FAILED.value)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlmodel import Session
 
+from service import metrics
 from service.audit import actions as audit
 from service.drafts import state as draft_state
 from service.drafts.models import Draft, DraftStatus
@@ -197,6 +198,7 @@ def _finish(
     execution.next_attempt_at = None
     execution.finished_at = now
     session.add(execution)
+    metrics.execution_finished(session, execution)  # every final state passes through here
 
 
 def _move(execution: Execution, target: ExecutionStatus, *, now: datetime) -> None:
