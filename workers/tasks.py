@@ -12,7 +12,7 @@ from typing import Any
 
 from service import logs
 from service.audit import checkpoints
-from service.db import session_scope
+from service.db import session_scope, unavailable
 from service.errors import DomainError
 from service.executions import sweeper
 from service.executions.runner import run_execution
@@ -24,6 +24,8 @@ from service.tracing import bound, parse_traceparent
 from workers.app import celery_app, runtime
 
 logger = logging.getLogger(__name__)
+# The longest wait between deliveries while the database is unavailable (1, 2, 4, … s).
+DATABASE_RETRY_MAX_SECONDS = 30
 
 
 def publish(task: str, args: list[str]) -> None:
@@ -37,7 +39,18 @@ def execute(self: Any, execution_id: str) -> str:
     # The publisher's trace (its span is this task's parent when tracing): logs name it.
     published_in = parse_traceparent(getattr(self.request, "traceparent", None))
     with bound(published_in[0] if published_in else None), logs.bound(execution_id=execution_id):
-        result = run_execution(runtime(), execution_id)
+        try:
+            result = run_execution(runtime(), execution_id)
+        except Exception as exc:
+            # The database went away (a restart, a failover, a pooled connection it dropped):
+            # nothing was claimed, so try again soon rather than wait for the sweeper.
+            if unavailable(exc) is None:
+                raise
+            retry_in = min(2**self.request.retries, DATABASE_RETRY_MAX_SECONDS)
+            logger.warning(
+                "execution %s: database unavailable, retry in %s s", execution_id, retry_in
+            )
+            raise self.retry(countdown=retry_in, exc=exc) from exc
         logger.info("execution %s: %s", execution_id, result.status)
     if result.retry_in is not None:
         raise self.retry(countdown=result.retry_in)
