@@ -24,7 +24,7 @@ from service.demo import seed_demo
 from service.runtime import Runtime, build_runtime
 from tests.support import services
 from tests.support.databases import PostgresPool, migrated_sqlite, sqlite_copy
-from tests.support.servers import serve
+from tests.support.servers import free_port, serve
 from tests.support.stacks import Stack, StackHost
 
 BACKENDS = ["sqlite", "postgresql"]
@@ -120,6 +120,16 @@ def demo(runtime: Runtime) -> dict[str, Any]:
             api_url="http://api.invalid",
             mcp_url="http://mcp.invalid/mcp",
         )
+
+
+@pytest.fixture
+def unreachable_runtime(tmp_path: Path) -> Iterator[Runtime]:
+    """A runtime whose PostgreSQL is away: a port nothing listens on refuses every
+    connection at once (what the doors meet during a restart or a failover)."""
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/gone?connect_timeout=2"
+    runtime = build_runtime(Settings(state_dir=tmp_path / "state", database_url=url))
+    yield runtime
+    runtime.engine.dispose()
 
 
 @pytest.fixture

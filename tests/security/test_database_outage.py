@@ -13,21 +13,9 @@ from mcp_adapter.server import create_http_app
 from mcp_adapter.tools import ToolDoor
 from service.api.app import create_app
 from service.api.errors import PROBLEM_JSON
-from service.config import Settings
 from service.errors import DomainError
-from service.runtime import build_runtime
 from service.tracing import new_trace_id
 from tests.support.api_client import in_process
-from tests.support.servers import free_port
-
-
-@pytest.fixture
-def unreachable_runtime(tmp_path):
-    # A port nothing listens on: every connection attempt is refused at once.
-    url = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/gone?connect_timeout=2"
-    runtime = build_runtime(Settings(state_dir=tmp_path / "state", database_url=url))
-    yield runtime
-    runtime.engine.dispose()
 
 
 def test_the_api_answers_a_retryable_503_problem_when_the_database_is_away(unreachable_runtime):

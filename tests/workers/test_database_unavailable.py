@@ -6,19 +6,8 @@ from __future__ import annotations
 import pytest
 from celery.exceptions import Retry
 
-from service.config import Settings
 from service.db import unavailable
-from service.runtime import build_runtime
-from tests.support.servers import free_port
 from workers import tasks
-
-
-@pytest.fixture
-def unreachable_runtime(tmp_path):
-    url = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/gone?connect_timeout=2"
-    runtime = build_runtime(Settings(state_dir=tmp_path / "state", database_url=url))
-    yield runtime
-    runtime.engine.dispose()
 
 
 def test_execute_retries_soon_while_the_database_is_unavailable(monkeypatch, unreachable_runtime):
