@@ -177,6 +177,10 @@ class Settings(BaseSettings):
     # The shortest time between two JWKS fetches made because a token named an unknown key
     # (rotation), so a flood of made-up key ids cannot make draftgate hammer the provider.
     oidc_jwks_min_refresh_seconds: float = Field(default=30.0, ge=0)
+    # How long past their cache time the keys already held keep verifying while the provider
+    # cannot be reached (a key the provider withdrew, perhaps because it leaked, must not live
+    # on while whoever holds it keeps the provider away); then JWTs are provider_unavailable.
+    oidc_jwks_max_stale_seconds: int = Field(default=3_600, ge=0)
     # Timeout of each request to the OpenID provider.
     oidc_http_timeout_seconds: float = Field(default=5.0, gt=0)
 

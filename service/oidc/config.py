@@ -30,6 +30,7 @@ class OidcConfig:
     clock_skew_seconds: int
     cache_seconds: int
     min_refresh_seconds: float
+    max_stale_seconds: int
     http_timeout_seconds: float
 
 
@@ -63,6 +64,7 @@ def oidc_config(settings: Settings) -> OidcConfig | None:
         clock_skew_seconds=settings.oidc_clock_skew_seconds,
         cache_seconds=settings.oidc_jwks_cache_seconds,
         min_refresh_seconds=settings.oidc_jwks_min_refresh_seconds,
+        max_stale_seconds=settings.oidc_jwks_max_stale_seconds,
         http_timeout_seconds=settings.oidc_http_timeout_seconds,
     )
 

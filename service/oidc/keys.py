@@ -46,6 +46,11 @@ class ProviderKeys:
             if key is None and self._may_fetch():
                 self._refresh()
                 key = self._find(kid)
+            if key is not None and self._expired():  # no fetch was allowed since: still too old
+                raise refused(
+                    "provider_unavailable",
+                    "the OpenID provider's keys could not be fetched for too long",
+                )
         if key is None:
             raise refused("unknown_key", "it is signed with a key the provider does not publish")
         return key
@@ -54,6 +59,12 @@ class ProviderKeys:
         if kid is None and len(self._keys) == 1:
             return next(iter(self._keys.values()))
         return self._keys.get(kid) if kid is not None else None
+
+    def _expired(self) -> bool:
+        """Held past their cache time by more than ``max_stale_seconds`` (the provider has been
+        unreachable that long): no longer trusted."""
+        age = self._clock() - self._fetched_at
+        return age > self._config.cache_seconds + self._config.max_stale_seconds
 
     def _stale(self) -> bool:
         return self._clock() - self._fetched_at >= self._config.cache_seconds
@@ -67,7 +78,9 @@ class ProviderKeys:
         try:
             self._keys = self._fetch()
         except (httpx.HTTPError, httpx.InvalidURL, ValueError) as error:
-            if not self._keys:  # nothing to fall back on
+            if self._expired():  # withdrawn keys must not outlive an outage of the provider
+                self._keys = {}
+            if not self._keys:  # nothing (left) to fall back on
                 raise refused(
                     "provider_unavailable",
                     f"the OpenID provider's keys could not be fetched ({type(error).__name__})",

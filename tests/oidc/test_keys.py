@@ -76,3 +76,20 @@ def test_the_cached_keys_serve_while_the_provider_is_unreachable(tmp_path, provi
     clock.now += 120  # the cache is stale, the refetch fails: the keys held still verify
     assert keys.key_for(kid) is not None
     assert keys.fetches == 2
+
+
+def test_held_keys_stop_verifying_once_the_provider_is_away_too_long(tmp_path, provider):
+    clock = Clock()
+    keys = _keys(
+        tmp_path, provider, clock, oidc_jwks_cache_seconds=60, oidc_jwks_max_stale_seconds=600
+    )
+    token = provider.token("support-bot", resource=RESOURCE)
+    kid = header_of(token)["kid"]
+    keys.key_for(kid)
+    keys._config = replace(keys._config, issuer="http://127.0.0.1:9")
+    clock.now += 60 + 590  # stale, the provider away, still within the bound
+    assert keys.key_for(kid) is not None
+    clock.now += 20  # past it: the refetch fails and the held keys are no longer trusted
+    with pytest.raises(TokenRefused) as refused:
+        keys.key_for(kid)
+    assert refused.value.check == "provider_unavailable"
