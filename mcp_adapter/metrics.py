@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import anyio
-from mcp.types import Tool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -18,12 +17,13 @@ from service.runtime import Runtime
 
 
 @contextmanager
-def observed(tools: Sequence[Tool], name: str) -> Iterator[None]:
+def observed(known: str | None) -> Iterator[None]:
     """Count and time the tool call in the block, by tool and outcome (the refusal's code).
 
-    The name is the agent's: one not in the catalogue is counted as ``<unknown>``."""
+    ``known``: the catalogue's name of the tool called; None (a name the agent made up) is
+    counted as ``<unknown>``."""
     started = time.perf_counter()
-    tool = name if any(known.name == name for known in tools) else metrics.UNKNOWN_TOOL
+    tool = known or metrics.UNKNOWN_TOOL
     try:
         yield
     except Exception as error:  # a cancelled call (the client left) is not counted

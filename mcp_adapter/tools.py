@@ -12,7 +12,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 import anyio
@@ -141,13 +141,18 @@ class ToolHandlers:
     door: ToolDoor
     tools: list[Tool]
 
+    @cached_property
+    def by_name(self) -> dict[str, Tool]:
+        return {tool.name: tool for tool in self.tools}
+
     async def list_tools(self, ctx: Any, params: PaginatedRequestParams | None) -> ListToolsResult:
         return ListToolsResult(tools=self.tools)
 
     def input_schema_of(self, name: str) -> dict[str, Any] | None:
         """A tool's input schema, for the SDK's check of ``Mcp-Param-*`` headers: without it
         the SDK calls ``list_tools`` and serializes every tool on every call (~2 ms)."""
-        return next((tool.input_schema for tool in self.tools if tool.name == name), None)
+        tool = self.by_name.get(name)
+        return tool.input_schema if tool is not None else None
 
     async def call_tool(self, ctx: Any, params: CallToolRequestParams) -> CallToolResult:
         """Trace id from ``traceparent``, principal from the verified access token (HTTP) or
@@ -156,9 +161,10 @@ class ToolHandlers:
         traceparent = request.headers.get("traceparent") if request is not None else None
         access_token = get_access_token()
         principal = principal_from(access_token) if access_token is not None else None
-        known = any(tool.name == params.name for tool in self.tools)
+        # The name is the model's text: one not in the catalogue names no span and no series.
+        known = params.name if params.name in self.by_name else None
         # The span first: the trace id the core records is the span's (service.tracing).
-        with tool_call(params.name if known else None, traceparent) as span:
+        with tool_call(known, traceparent) as span:
             work = partial(
                 self.door.call,
                 params.name,
@@ -167,7 +173,7 @@ class ToolHandlers:
                 principal,
             )
             try:
-                with tool_metrics.observed(self.tools, params.name):
+                with tool_metrics.observed(known):
                     result = await anyio.to_thread.run_sync(work)
             except DomainError as error:
                 span.finish(error.code)
