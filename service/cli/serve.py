@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -44,16 +44,12 @@ def _trusted_proxies() -> str:
     return get_settings().forwarded_allow_ips
 
 
-@app.command("api")
-def serve_api(host: HostOption = "127.0.0.1", port: int = 8000) -> None:
-    """The approver/auditor HTTP API (OpenAPI at /docs)."""
+def _serve_http(asgi_app: Any, host: str, port: int) -> None:
+    """uvicorn as both HTTP doors run it: our logging, its access log, trusted proxies only."""
     import uvicorn
 
-    from service.api.app import create_app
-
-    _observe("api")
     uvicorn.run(
-        create_app(),
+        asgi_app,
         host=host,
         port=port,
         log_config=None,  # logging is ours (_observe); uvicorn's access log goes through it
@@ -61,6 +57,15 @@ def serve_api(host: HostOption = "127.0.0.1", port: int = 8000) -> None:
         proxy_headers=True,
         forwarded_allow_ips=_trusted_proxies(),
     )
+
+
+@app.command("api")
+def serve_api(host: HostOption = "127.0.0.1", port: int = 8000) -> None:
+    """The approver/auditor HTTP API (OpenAPI at /docs)."""
+    from service.api.app import create_app
+
+    _observe("api")
+    _serve_http(create_app(), host, port)
 
 
 @app.command("mcp")
@@ -95,19 +100,9 @@ def serve_mcp(
             raise typer.Exit(code=1) from None
         anyio.run(run_stdio, runtime, token)
         return
-    import uvicorn
-
     from mcp_adapter.server import create_http_app
 
-    uvicorn.run(
-        create_http_app(runtime),
-        host=host,
-        port=port,
-        log_config=None,  # logging is ours (_observe); uvicorn's access log goes through it
-        access_log=True,
-        proxy_headers=True,
-        forwarded_allow_ips=_trusted_proxies(),
-    )
+    _serve_http(create_http_app(runtime), host, port)
 
 
 @app.command("worker")
