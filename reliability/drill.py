@@ -120,7 +120,22 @@ def _run(
     scenarios: list[Scenario], plan: Plan, seed: int, base: Path, pg_bin: Path
 ) -> list[Figures]:
     """Start the private servers, run each scenario on its own database, stop everything."""
-    log_to(base / "drill.log")
+    with private_services(base, pg_bin, "drill.log") as (ledger, postgres, redis):
+        _migrate_template(postgres)
+        rng = random.Random(seed)  # noqa: S311 - fault timing, not secrets
+        return [
+            run_scenario(s, plan, rng, base=base, postgres=postgres, redis=redis, ledger=ledger)
+            for s in scenarios
+        ]
+
+
+@contextlib.contextmanager
+def private_services(
+    base: Path, pg_bin: Path, log_name: str
+) -> Iterator[tuple[Ledger, PrivatePostgres, PrivateRedis]]:
+    """A run's log, its ledger and watchdog (which cleans up if this process dies), and its
+    private PostgreSQL and Redis, started; everything stopped when the block ends."""
+    log_to(base / log_name)
     ledger = Ledger(base / "ledger.json")
     watchdog = start_watchdog(base, ledger)
     postgres = PrivatePostgres(base / "postgres", pg_bin)
@@ -131,12 +146,7 @@ def _run(
         postgres.start()
         redis.start()
         ledger.add("pids", redis.pid)
-        _migrate_template(postgres)
-        rng = random.Random(seed)  # noqa: S311 - fault timing, not secrets
-        return [
-            run_scenario(s, plan, rng, base=base, postgres=postgres, redis=redis, ledger=ledger)
-            for s in scenarios
-        ]
+        yield ledger, postgres, redis
     finally:
         with contextlib.suppress(Exception):
             redis.kill()

@@ -31,12 +31,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from reliability.drill import DrillInterrupted, chain_text, interruptible, log_to, say
+from reliability.drill import DrillInterrupted, chain_text, interruptible, private_services, say
 from reliability.figures import Figures, collect
 from reliability.outages import OutageReport, broker_outage, database_outage
-from reliability.processes import Ledger, start_watchdog
 from reliability.replicas import Topology, readiness, topology
-from reliability.services import PrivatePostgres, PrivateRedis, find_pg_bin, missing_tools
+from reliability.services import find_pg_bin, missing_tools
 from reliability.stack import DrillError
 
 QUICK_FLOWS, QUICK_CONCURRENCY = 200, 16
@@ -194,17 +193,7 @@ class Load:
 
 def execute(run: Run, base: Path, pg_bin: Path) -> Run:
     """Start everything, drive the load, stop PostgreSQL and then Redis, count."""
-    log_to(base / "topology.log")
-    ledger = Ledger(base / "ledger.json")
-    watchdog = start_watchdog(base, ledger)
-    postgres = PrivatePostgres(base / "postgres", pg_bin)
-    redis = PrivateRedis(base / "redis")
-    try:
-        ledger.add("commands", postgres.cleanup_command())
-        postgres.start()
-        redis.start()
-        ledger.add("pids", redis.pid)
-        say(f"private PostgreSQL on 127.0.0.1:{postgres.port}, Redis on 127.0.0.1:{redis.port}")
+    with private_services(base, pg_bin, "topology.log") as (ledger, postgres, redis):
         began = time.monotonic()
         with topology(base / "topology", postgres=postgres, redis=redis, ledger=ledger) as top:
             say(f"topology ready in {time.monotonic() - began:.1f} s: {top.pids()}")
@@ -218,11 +207,6 @@ def execute(run: Run, base: Path, pg_bin: Path) -> Run:
             run.outages.append(broker_outage(top, run.flows + 10))
             say(f"broker outage: {_outage_text(run.outages[-1])}")
             _count(top, run)
-    finally:
-        redis.kill()
-        postgres.stop("immediate")
-        watchdog.kill()
-        watchdog.wait(timeout=10)
     return run
 
 
