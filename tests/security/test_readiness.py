@@ -29,14 +29,9 @@ def test_the_mcp_server_is_ready_when_its_database_answers(tmp_path, sqlite_url)
     assert response.json() == {"status": "ready", "checks": {"database": "ok"}}
 
 
-def test_the_mcp_server_is_not_ready_without_its_database_and_says_so(tmp_path):
-    url = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/gone?connect_timeout=2"
-    runtime = build_runtime(Settings(state_dir=tmp_path / "state", database_url=url))
-    try:
-        with in_process(create_http_app(runtime)) as client:
-            response = client.get("/readyz")
-    finally:
-        runtime.engine.dispose()
+def test_the_mcp_server_is_not_ready_without_its_database_and_says_so(unreachable_runtime):
+    with in_process(create_http_app(unreachable_runtime)) as client:
+        response = client.get("/readyz")
 
     assert response.status_code == 503, response.text
     body = response.json()
