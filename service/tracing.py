@@ -103,9 +103,8 @@ def continued(traceparent: str | None, trace_id: str | None) -> Iterator[None]:
         if not _Spans.on or trace is None:
             yield
             return
-        # Sampled unless the stored traceparent says otherwise (its last two hex digits).
-        sampled = traceparent is None or parsed is None or int(traceparent.strip()[-2:], 16) & 1
-        with _remote_parent(trace, parsed[1] if parsed else None, sampled=bool(sampled)):
+        # No sampled flag to carry: the sampler decides for remote parents (service.telemetry).
+        with _remote_parent(trace, parsed[1] if parsed else None):
             yield
 
 
@@ -115,7 +114,7 @@ def enable_spans() -> None:
 
 
 @contextmanager
-def _remote_parent(trace_id: str, span_id: str | None, *, sampled: bool) -> Iterator[None]:
+def _remote_parent(trace_id: str, span_id: str | None) -> Iterator[None]:
     """Make a span of another process the parent of the spans started in the block. Without
     its span id (a row stored with tracing off), the trace is joined under a made-up parent."""
     from opentelemetry import context, trace
@@ -124,7 +123,7 @@ def _remote_parent(trace_id: str, span_id: str | None, *, sampled: bool) -> Iter
         trace_id=int(trace_id, 16),
         span_id=int(span_id or secrets.token_hex(8), 16),
         is_remote=True,
-        trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED if sampled else 0),
+        trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
     )
     token = context.attach(trace.set_span_in_context(trace.NonRecordingSpan(parent)))
     try:
