@@ -1,0 +1,1 @@
+"""Outgoing webhooks: endpoints, signed deliveries, the delivery log."""
