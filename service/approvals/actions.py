@@ -18,9 +18,11 @@ from pydantic import ValidationError
 from sqlmodel import Session
 
 from service import metrics
-from service.approvals import errors, repository
+from service.approvals import errors, repository, signatures
 from service.approvals.models import Approval
 from service.approvals.schemas import (
+    SCHEME_ED25519,
+    SCHEME_WEBAUTHN,
     STATEMENT_TYPE,
     ApprovalRequest,
     ApprovalStatement,
@@ -37,10 +39,11 @@ from service.drafts.policy import applied_policy
 from service.errors import DomainError
 from service.executions import errors as execution_errors
 from service.keys import repository as keys_repository
-from service.keys.models import ApproverKey
+from service.keys.assertions import RelyingParty, relying_party
+from service.keys.models import ApproverPasskey
+from service.keys.repository import Credential
 from service.principal import Principal, Role
 from service.runtime import Runtime
-from service.signing import verify
 from service.sql import rfc3339_seconds
 
 APPROVAL_EVENT = {Decision.APPROVE: "approval.approved", Decision.REJECT: "approval.rejected"}
@@ -56,12 +59,14 @@ def statement_to_sign(
 ) -> dict[str, Any]:
     """The approve statement for the draft's current revision, ready for the caller to sign.
 
-    ``key_id`` is the caller's key when they have exactly one active key, else
-    null for the client to fill in; ``issued_at`` may be replaced by the
+    ``key_id`` is the caller's credential when they have exactly one active key or passkey,
+    else null for the client to fill in; ``issued_at`` may be replaced by the
     signer's own clock (within the allowed skew).
     """
     keys = keys_repository.list_for(session, principal.tenant, principal.subject)
-    active = [key for key in keys if key.revoked_at is None]
+    passkeys = keys_repository.passkeys_for(session, principal.tenant, principal.subject)
+    credentials: list[Credential] = [*keys, *passkeys]
+    active = [credential for credential in credentials if credential.revoked_at is None]
     return build_statement(
         tenant=draft.tenant,
         draft_id=draft.id,
@@ -94,7 +99,7 @@ def submit(
     principal.require(Role.APPROVER)
     statement = request.statement
     _check_identity(principal, draft_id, statement)
-    key = _verify_signature(session, principal, statement, request.signature)
+    key = signatures.verify_request(session, principal, request, settings=runtime.settings, now=now)
     draft = _lock_open_draft(session, principal, draft_id, statement.decision, now=now)
     check_contract(runtime, draft)
     _check_binding(draft, statement)
@@ -110,20 +115,6 @@ def check_contract(runtime: Runtime, draft: Draft) -> None:
     action = runtime.registry.write(draft.action)
     if action is not None and action.contract_version != draft.contract_version:
         raise contract_changed(draft.action, draft.contract_version, action.contract_version)
-
-
-def _verify_signature(
-    session: Session, principal: Principal, statement: ApprovalStatement, signature: str
-) -> ApproverKey:
-    """The caller's own, active key, over whose public half the signature verifies."""
-    key = keys_repository.get(session, principal.tenant, statement.key_id)
-    if key is None or key.approver != principal.subject:
-        raise errors.key_not_owned()
-    if key.revoked_at is not None:
-        raise errors.key_revoked()
-    if not verify(key.public_key, canonical_json(statement.signed_value()), signature):
-        raise errors.signature_invalid()
-    return key
 
 
 def _lock_open_draft(
@@ -151,13 +142,14 @@ def _record_decision(
     session: Session,
     principal: Principal,
     draft: Draft,
-    key: ApproverKey,
+    key: Credential,
     request: ApprovalRequest,
     *,
     now: datetime,
     trace_id: str | None,
 ) -> Approval:
     statement = request.statement
+    webauthn = request.webauthn
     approval = Approval(
         id="apv_" + secrets.token_hex(12),
         tenant=draft.tenant,
@@ -169,7 +161,10 @@ def _record_decision(
         reason=statement.reason,
         params_sha256=statement.params_sha256,
         statement=statement.signed_value(),
-        signature=request.signature,
+        signature=webauthn.signature if webauthn else str(request.signature),
+        scheme=SCHEME_WEBAUTHN if webauthn else SCHEME_ED25519,
+        authenticator_data=webauthn.authenticator_data if webauthn else None,
+        client_data_json=webauthn.client_data_json if webauthn else None,
         created_at=now,
     )
     session.add(approval)
@@ -185,9 +180,11 @@ def _record_decision(
             "approval_id": approval.id,
             "revision": draft.revision,
             "key_id": key.key_id,
+            "scheme": approval.scheme,
             "params_sha256": statement.params_sha256,
             "issued_at": statement.issued_at,
             "reason": statement.reason,
+            **({"sign_count": key.sign_count} if isinstance(key, ApproverPasskey) else {}),
         },
     )
     return approval
@@ -271,6 +268,7 @@ def check_quorum(session: Session, draft: Draft, runtime: Runtime) -> Quorum:
     if isinstance(required, str):
         return Quorum(required=1, problems=[required])
     digest = params_sha256(draft.params)
+    party = relying_party(runtime.settings)
     approvals = repository.for_draft(session, draft.id, draft.revision)
     keys = keys_repository.by_ids(session, draft.tenant, {a.key_id for a in approvals})
     approvers: set[str] = set()
@@ -279,7 +277,7 @@ def check_quorum(session: Session, draft: Draft, runtime: Runtime) -> Quorum:
     revoked: list[str] = []
     for approval in approvals:
         key = keys.get(approval.key_id)
-        problem = approval_problem(approval, draft, key, digest=digest)
+        problem = approval_problem(approval, draft, key, digest=digest, relying_party=party)
         if problem:
             problems.append(f"{approval.id} by {approval.approver}: {problem}")
             if problem == REVOKED_SINCE and approval.decision is Decision.APPROVE:
@@ -324,9 +322,20 @@ def _required_approvals(session: Session, draft: Draft, runtime: Runtime) -> int
 
 
 def approval_problem(
-    approval: Approval, draft: Draft, key: ApproverKey | None, *, digest: str
+    approval: Approval,
+    draft: Draft,
+    key: Credential | None,
+    *,
+    digest: str,
+    relying_party: RelyingParty | None = None,
 ) -> str | None:
-    """Why a stored approval does not count for the draft's current revision, or None."""
+    """Why a stored approval does not count for the draft's current revision, or None.
+
+    A passkey's assertion is checked against ``relying_party`` (the settings': what the
+    worker and every quorum check pass), else against the relying party and origin the
+    passkey was registered at (for showing a draft). Its sign counter is not checked again:
+    it was checked when the approval was accepted, and the passkey's counter has moved on
+    with every later use, so a stored assertion can only be older than it."""
     statement = approval.statement
     expected = {
         "type": STATEMENT_TYPE,
@@ -347,8 +356,9 @@ def approval_problem(
         return "the signing key is not registered to the approver"
     if key.revoked_at is not None and key.revoked_at <= approval.created_at:
         return "the key was revoked before it signed"
-    if not verify(key.public_key, canonical_json(statement), approval.signature):
-        return "the signature does not verify"
+    problem = signatures.problem(approval, key, canonical_json(statement), relying_party)
+    if problem:
+        return problem
     if approval.approver in {draft.proposed_by, draft.on_behalf_of}:
         return "the approver proposed the draft"
     if key.revoked_at is not None:

@@ -146,3 +146,44 @@ def approval_key_revoked(approvers: list[str]) -> DomainError:
         "without them the draft's policy is not met, so nothing was executed.",
         details={"revoked_approvers": approvers},
     )
+
+
+ASSERTION_INVALID = ErrorCode(
+    "ASSERTION_INVALID",
+    Category.PERMISSION_DENIED,
+    "The passkey assertion was not made for draftgate's console: another origin or relying "
+    "party, not a webauthn.get assertion, in a cross-origin frame, or malformed.",
+    "Approve from the console itself, with the passkey registered there.",
+)
+USER_NOT_VERIFIED = ErrorCode(
+    "USER_NOT_VERIFIED",
+    Category.PERMISSION_DENIED,
+    "The authenticator did not verify the approver (no PIN or biometric check); an approval "
+    "needs user verification.",
+    "Approve again and unlock the passkey with its PIN or biometric when asked.",
+)
+SIGN_COUNT_NOT_INCREASED = ErrorCode(
+    "SIGN_COUNT_NOT_INCREASED",
+    Category.PERMISSION_DENIED,
+    "The passkey's signature counter did not increase: a replayed assertion, or a cloned "
+    "authenticator.",
+    "Approve again with your own authenticator; if this repeats, ask an admin to revoke the "
+    "passkey.",
+)
+
+_ASSERTION_CODES = {
+    "user_presence": USER_NOT_VERIFIED,
+    "user_verification": USER_NOT_VERIFIED,
+    "sign_count": SIGN_COUNT_NOT_INCREASED,
+    "malformed": ASSERTION_INVALID,
+    "type": ASSERTION_INVALID,
+    "origin": ASSERTION_INVALID,
+    "rp_id": ASSERTION_INVALID,
+}
+
+
+def assertion_refused(check: str, message: str) -> DomainError:
+    """A refused passkey assertion: one that signs something else (another statement,
+    another credential, a bad signature) is SIGNATURE_INVALID, as for an Ed25519 key."""
+    code = _ASSERTION_CODES.get(check, SIGNATURE_INVALID)
+    return code(message, details={"check": check})

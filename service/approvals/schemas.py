@@ -15,6 +15,9 @@ from service.signing import sign
 from service.validation import SignedText, StrictInput
 
 STATEMENT_TYPE = "draftgate.approval.v1"
+# How an approval's signature signs its statement (docs/approvals.md).
+SCHEME_ED25519 = "ed25519"
+SCHEME_WEBAUTHN = "webauthn"
 ISSUED_AT_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$"
 
 
@@ -74,13 +77,39 @@ class ApprovalStatement(StrictInput):
         return self.model_dump(mode="json", exclude_none=True)
 
 
+B64URL = r"^[A-Za-z0-9_-]+$"
+
+
+class WebAuthnAssertion(StrictInput):
+    """A passkey's assertion over the statement (docs/approvals.md, "Passkeys"): what
+    ``navigator.credentials.get()`` returned, each part base64url without padding."""
+
+    credential_id: str = Field(min_length=1, max_length=1400, pattern=B64URL)
+    authenticator_data: str = Field(min_length=50, max_length=4000, pattern=B64URL)
+    client_data_json: str = Field(min_length=1, max_length=4000, pattern=B64URL)
+    signature: str = Field(min_length=1, max_length=700, pattern=B64URL)
+
+
 class ApprovalRequest(StrictInput):
-    """Body of POST /v1/drafts/{id}/approvals."""
+    """Body of POST /v1/drafts/{id}/approvals: the statement and exactly one of its Ed25519
+    ``signature`` or a passkey's ``webauthn`` assertion."""
 
     statement: ApprovalStatement
-    signature: str = Field(
-        pattern=r"^[A-Za-z0-9_-]{86}$", description="base64url (no padding) of the signature."
+    signature: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_-]{86}$",
+        description="Ed25519: base64url (no padding) of the signature over JCS(statement).",
     )
+    webauthn: WebAuthnAssertion | None = Field(
+        default=None,
+        description="Passkey: the WebAuthn assertion whose challenge is SHA-256(JCS(statement)).",
+    )
+
+    @model_validator(mode="after")
+    def _one_signature(self) -> ApprovalRequest:
+        if (self.signature is None) == (self.webauthn is None):
+            raise ValueError("send exactly one of signature (Ed25519) and webauthn (passkey)")
+        return self
 
 
 def build_statement(

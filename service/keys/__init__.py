@@ -1,1 +1,2 @@
-"""Approver signing keys: public halves registered per approver and tenant."""
+"""Approvers' signing credentials: Ed25519 public keys and passkeys (WebAuthn), per
+approver and tenant, and the enrolments of the ones approvers made themselves."""
