@@ -113,3 +113,24 @@ def for_drafts(session: Session, tenant: str, draft_ids: set[str]) -> list[Audit
 
 def events_matching(session: Session, tenant: str, filters: EventFilter) -> list[AuditEvent]:
     return list(session.exec(_filtered(tenant, filters).order_by(col(AuditEvent.seq))).all())
+
+
+def tool_calls_in_traces(
+    session: Session, tenant: str, trace_ids: set[str], *, actor: str, limit: int
+) -> list[AuditEvent]:
+    """The first ``limit`` tool.* events ``actor`` recorded in the traces, oldest first (a
+    trace id is the caller's choice: anyone's events may share it, and any number)."""
+    if not trace_ids:
+        return []
+    statement = (
+        select(AuditEvent)
+        .where(
+            col(AuditEvent.tenant) == tenant,
+            col(AuditEvent.trace_id).in_(sorted(trace_ids)),
+            col(AuditEvent.actor) == actor,
+            col(AuditEvent.type).startswith("tool."),
+        )
+        .order_by(col(AuditEvent.seq))
+        .limit(limit)
+    )
+    return list(session.exec(statement).all())

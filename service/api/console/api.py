@@ -1,0 +1,101 @@
+"""The console's JSON endpoints for its JavaScript: decide, execute, follow an execution.
+
+Each calls exactly the use case its /v1 twin calls — the /v1 route function itself, so an
+approval variant added there (a passkey assertion beside the Ed25519 signature) is accepted
+here the same day — with the session's principal, which is built from the credential the
+session rests on exactly as a bearer request's is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
+
+from fastapi import APIRouter, BackgroundTasks, Path, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+
+from service.api.console.deps import Caller, ReadUnit, Unit, Writer
+from service.api.deps import JsonBody, PublisherDep, RuntimeDep, TraceIdDep
+from service.api.errors import problem_response
+from service.api.routes import drafts as v1_drafts
+from service.drafts.schemas import DRAFT_ID_PATTERN
+from service.errors import invalid_argument
+from service.executions import review as executions_review
+from service.executions.schemas import EXECUTION_ID_PATTERN, ExecutionView
+
+
+class JsonRoute(APIRoute):
+    """Request validation answered as problem+json here, without the API's bearer-token
+    authentication of invalid requests (a console request has a cookie, not a token)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def json_handler(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except RequestValidationError as invalid:
+                problems = [
+                    f"{'.'.join(str(part) for part in item['loc'])[:100]}: {item['msg']}"
+                    for item in invalid.errors()
+                ]
+                error = invalid_argument("Invalid request: " + "; ".join(problems))
+                return problem_response(error, instance=request.url.path)
+
+        return json_handler
+
+
+router = APIRouter(prefix="/console", include_in_schema=False, route_class=JsonRoute)
+
+DraftId = Annotated[str, Path(pattern=DRAFT_ID_PATTERN)]
+ExecutionId = Annotated[str, Path(pattern=EXECUTION_ID_PATTERN)]
+
+
+@router.post("/drafts/{draft_id}/approvals", name="console.approval")
+def submit_approval(
+    draft_id: DraftId,
+    session: Unit,
+    runtime: RuntimeDep,
+    caller: Writer,
+    trace_id: TraceIdDep,
+    body: JsonBody,
+) -> JSONResponse:
+    """Approve or reject, signed in the browser: the body of POST /v1/drafts/{id}/approvals."""
+    detail = v1_drafts.submit_approval(
+        draft_id=draft_id,
+        session=session,
+        runtime=runtime,
+        principal=caller.principal,
+        trace_id=trace_id,
+        body=body,
+    )
+    return JSONResponse({"draft": detail.model_dump(mode="json")})
+
+
+@router.post("/drafts/{draft_id}/execute", status_code=202, name="console.execution")
+def execute(
+    draft_id: DraftId,
+    session: Unit,
+    runtime: RuntimeDep,
+    caller: Writer,
+    publisher: PublisherDep,
+    trace_id: TraceIdDep,
+    background: BackgroundTasks,
+) -> JSONResponse:
+    accepted = v1_drafts.execute(
+        draft_id=draft_id,
+        session=session,
+        runtime=runtime,
+        principal=caller.principal,
+        publisher=publisher,
+        trace_id=trace_id,
+        background=background,
+    )
+    return JSONResponse(accepted.model_dump(mode="json"), status_code=202, background=background)
+
+
+@router.get("/executions/{execution_id}", name="console.execution.read")
+def get_execution(execution_id: ExecutionId, session: ReadUnit, caller: Caller) -> ExecutionView:
+    return executions_review.get(session, caller.principal, execution_id)

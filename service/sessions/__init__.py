@@ -1,0 +1,1 @@
+"""Console sessions: signing in to the approvers' console, and what a signed-in person reads."""

@@ -1,0 +1,160 @@
+"""The console's inbox: the drafts a signed-in person may act on, sorted and filtered.
+
+An approver's inbox holds the open drafts of their tenant they may still act on: never a
+draft they proposed (or that was proposed on their behalf), never a proposed one whose
+current revision they have already signed; approved ones wait for someone to execute them.
+An auditor's holds every open draft (to watch, not to decide). Admins decide nothing and
+have no inbox.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any
+
+from sqlmodel import Session
+
+from service.approvals import repository as approvals_repository
+from service.drafts import repository as drafts_repository
+from service.drafts.models import Draft, DraftStatus
+from service.drafts.schemas import amount_of
+from service.drafts.state import status_at
+from service.money import AmountView, to_major
+from service.principal import Principal, Role
+from service.registry.loader import ActionRegistry
+from service.sessions import repository
+from service.sessions.signed import signed_view
+
+# The most drafts an inbox shows; a larger queue is the API's to page through.
+INBOX_LIMIT = 200
+RISK_RANK = {"low": 0, "medium": 1, "high": 2}
+
+
+class Sort(StrEnum):
+    AGE = "age"
+    AMOUNT = "amount"
+    RISK = "risk"
+    EXPIRY = "expiry"
+
+
+class InboxStatus(StrEnum):
+    """What an approver can act on: sign (proposed), execute or stop (approved)."""
+
+    PROPOSED = "proposed"
+    APPROVED = "approved"
+    OPEN = "open"  # both
+
+
+@dataclass(frozen=True)
+class InboxItem:
+    draft_id: str
+    action: str
+    status: DraftStatus
+    revision: int
+    summary: str
+    amount: AmountView | None  # of the signed params, never the stored amount columns
+    inconsistent: str | None  # why the stored draft disagrees with its params, or None
+    risk: str
+    approvals_received: int
+    approvals_required: int
+    proposed_by: str
+    on_behalf_of: str | None
+    created_at: datetime
+    expires_at: datetime
+
+
+def inbox(
+    session: Session,
+    principal: Principal,
+    *,
+    registry: ActionRegistry,
+    now: datetime,
+    status: InboxStatus = InboxStatus.PROPOSED,
+    action: str | None = None,
+    sort: Sort = Sort.AGE,
+    descending: bool = False,
+) -> list[InboxItem]:
+    """The drafts ``principal`` may act on now; by default the oldest waiting first."""
+    principal.require(Role.APPROVER, Role.AUDITOR)
+    statuses = (
+        [DraftStatus.PROPOSED, DraftStatus.APPROVED]
+        if status is InboxStatus.OPEN
+        else [DraftStatus(status.value)]
+    )
+    drafts: list[Draft] = []
+    for wanted in statuses:
+        drafts += drafts_repository.page(
+            session,
+            principal.tenant,
+            status=wanted,
+            action=action,
+            after=None,
+            limit=INBOX_LIMIT,
+            now=now,
+        )
+    if principal.role is Role.APPROVER:
+        drafts = _decidable(session, principal, drafts)
+    counts = approvals_repository.approval_counts(session, {d.id: d.revision for d in drafts})
+    items = [_item(registry, draft, counts[draft.id], now) for draft in drafts]
+    items.sort(key=_sort_key(sort), reverse=descending)
+    return items[:INBOX_LIMIT]
+
+
+def _decidable(session: Session, principal: Principal, drafts: list[Draft]) -> list[Draft]:
+    """Maker ≠ checker, and one signature per approver and revision (DESIGN.md §4). An
+    approved draft stays in its approvers' inbox: it waits for one of them to execute it."""
+    own = [d for d in drafts if principal.subject not in {d.proposed_by, d.on_behalf_of}]
+    signed = repository.signed_by(session, principal.tenant, principal.subject, {d.id for d in own})
+    return [
+        d for d in own if d.status is not DraftStatus.PROPOSED or (d.id, d.revision) not in signed
+    ]
+
+
+def _item(registry: ActionRegistry, draft: Draft, received: int, now: datetime) -> InboxItem:
+    signed = signed_view(
+        registry,
+        action=draft.action,
+        params=draft.params,
+        stored_sha256=draft.params_sha256,
+        stored_amount=amount_of(draft),
+    )
+    return InboxItem(
+        draft_id=draft.id,
+        action=draft.action,
+        status=status_at(draft, now),
+        revision=draft.revision,
+        summary=draft.summary,
+        amount=signed.amount,
+        inconsistent=signed.problem,
+        risk=draft.risk,
+        approvals_received=received,
+        approvals_required=draft.approvals_required,
+        proposed_by=draft.proposed_by,
+        on_behalf_of=draft.on_behalf_of,
+        created_at=draft.created_at,
+        expires_at=draft.expires_at,
+    )
+
+
+def _sort_key(sort: Sort) -> Callable[[InboxItem], tuple[Any, ...]]:
+    """Ties always fall back to age, then id, so the order is stable between refreshes.
+
+    Amounts compare in major units, each with its currency's ISO 4217 exponent (no exchange
+    rates: 12.50 USD sorts beside 12.50 EUR, never beside 1,250 JPY); none sorts lowest."""
+
+    def amount(item: InboxItem) -> Decimal:
+        if item.amount is None:
+            return Decimal(-1)
+        return to_major(item.amount.amount_minor, item.amount.currency)
+
+    primary: Callable[[InboxItem], Any] = {
+        Sort.AGE: lambda item: item.created_at.timestamp(),
+        Sort.AMOUNT: amount,
+        Sort.RISK: lambda item: RISK_RANK.get(item.risk, len(RISK_RANK)),
+        Sort.EXPIRY: lambda item: item.expires_at.timestamp(),
+    }[sort]
+    return lambda item: (primary(item), item.created_at.timestamp(), item.draft_id)
