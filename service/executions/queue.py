@@ -41,6 +41,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_ignore_result": True,
         "task_serializer": "json",
         "accept_content": ["json"],
+        # A prefork child warms up (the runtime, and a gateway's upstreams: stdio servers to
+        # start, catalogues to read) before it reports alive; Celery's 4 s is too short then.
+        "worker_proc_alive_timeout": 30.0 if settings.gateway_file else 4.0,
         "worker_hijack_root_logger": False,
         "worker_send_task_events": False,
         "enable_utc": True,

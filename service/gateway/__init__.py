@@ -1,0 +1,1 @@
+"""The gateway: upstream MCP servers and REST APIs declared in a file, as actions."""
