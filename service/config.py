@@ -65,6 +65,9 @@ class Settings(BaseSettings):
     # Python modules whose ``ACTIONS`` are registered; a user's own package is
     # listed here exactly like the bundled reference shop.
     action_modules: list[str] = Field(default_factory=lambda: ["service.shop.definitions"])
+    # The gateway file (YAML): upstream MCP servers and REST APIs whose declared tools become
+    # actions beside those of action_modules (docs/gateway.md). Unset: no gateway.
+    gateway_file: Path | None = None
 
     # Approval policies per write action, as JSON: per-currency tiers of required approvals,
     # a draft's time to live, and amounts that add up (DESIGN.md §4; default: DEFAULT_POLICIES).
@@ -82,6 +85,14 @@ class Settings(BaseSettings):
 
     # Approvals: how far a statement's issued_at may be from the server's clock.
     approval_clock_skew_seconds: int = Field(default=300, ge=1, le=3_600)
+
+    # Passkeys (WebAuthn, docs/approvals.md): the relying party ID passkeys are scoped to (the
+    # console's host or a registrable suffix of it; empty: the host of api_public_url), the
+    # origins assertions may come from (empty: the origin of api_public_url, where the
+    # console is served), and how long a passkey registration challenge stays usable.
+    webauthn_rp_id: str = Field(default="", max_length=253)
+    webauthn_origins: list[str] = Field(default_factory=list)
+    webauthn_registration_ttl_seconds: int = Field(default=300, ge=30, le=3_600)
 
     # Execution: retries of transient downstream failures, with exponential backoff.
     execution_max_attempts: int = Field(default=5, ge=1, le=50)
@@ -116,6 +127,23 @@ class Settings(BaseSettings):
     # The server's own secret (it signs page cursors): a file of at least 32 bytes, created
     # when missing (default <state_dir>/secret-key). Every API replica must read the same one.
     secret_key_file: Path | None = None
+
+    # Outgoing webhooks (docs/webhooks.md): attempts per delivery before it is marked failed.
+    webhook_max_attempts: int = Field(default=8, ge=1, le=30)
+    # The wait after failed attempt n is base * 2^(n-1) seconds, at most the max (waits
+    # longer than half the broker's visibility timeout are left to the sweep).
+    webhook_retry_base_seconds: float = Field(default=5.0, gt=0)
+    webhook_retry_max_seconds: float = Field(default=600.0, gt=0)
+
+    # The bound on each phase of one delivery attempt (connect, send, answer).
+    webhook_timeout_seconds: float = Field(default=5.0, gt=0, le=30)
+
+    # How often beat publishes due webhook deliveries (new ones wait at most this long).
+    webhook_sweep_interval_seconds: float = Field(default=5.0, gt=0)
+
+    # Let webhooks reach loopback and private addresses (receivers on this host or network);
+    # off, an endpoint may only resolve to public addresses (an admin token is no way in).
+    webhook_allow_private_addresses: bool = False
 
     # Bounds applied to every tool argument object before schema validation.
     max_argument_bytes: int = Field(default=16_384, ge=256)
@@ -193,6 +221,15 @@ class Settings(BaseSettings):
     worker_metrics_port: int = Field(default=0, ge=0, le=65_535)
     # The interface the worker's /metrics listens on.
     worker_metrics_host: str = "127.0.0.1"
+
+    # The approvers' console (/console/): a signed-in session ends after this long without a
+    # request, and in any case this long after it signed in.
+    console_idle_timeout_seconds: int = Field(default=1_800, ge=60, le=86_400)
+    console_session_lifetime_seconds: int = Field(default=43_200, ge=300, le=604_800)
+    # Live-update streams (server-sent events) one session may hold open in one API process,
+    # and how often each stream looks for news in the audit log.
+    console_streams_per_session: int = Field(default=4, ge=1, le=32)
+    console_poll_seconds: float = Field(default=1.0, gt=0, le=30)
 
     # How log lines are written (docs/observability.md): "json", one object per line, for
     # production; "console", aligned human-readable lines (what `draftgate dev` uses).

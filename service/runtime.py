@@ -30,6 +30,11 @@ def build_runtime(settings: Settings, *, engine: Engine | None = None) -> Runtim
     """Load and check actions and policies; raises with every problem named if they are unusable."""
     registry = load_registry(settings.action_modules)
     policies = load_policies(settings.policies)
+    engine = engine or instrument_engine(make_engine(settings.resolved_database_url()))
+    if settings.gateway_file is not None:  # declared upstream tools join the registry
+        from service.gateway.build import join_gateway  # only then: it reads YAML, dials out
+
+        registry = join_gateway(registry, settings.gateway_file, policies, engine)
     unknown = sorted(set(policies) - set(registry.writes))
     if unknown:
         # A misspelt policy name would silently leave its action on the default policy.
@@ -40,7 +45,7 @@ def build_runtime(settings: Settings, *, engine: Engine | None = None) -> Runtim
         )
     return Runtime(
         settings=settings,
-        engine=engine or instrument_engine(make_engine(settings.resolved_database_url())),
+        engine=engine,
         registry=registry,
         policies=policies,
         cursors=CursorCodec(settings.resolved_secret_key_file()),

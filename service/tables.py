@@ -6,9 +6,12 @@ from service.approvals import models as approvals_models
 from service.audit import models as audit_models
 from service.drafts import models as drafts_models
 from service.executions import models as executions_models
+from service.gateway import models as gateway_models
 from service.keys import models as keys_models
+from service.sessions import models as sessions_models
 from service.shop import models as shop_models
 from service.tokens import models as tokens_models
+from service.webhooks import models as webhooks_models
 
 metadata = SQLModel.metadata
 
@@ -17,8 +20,11 @@ __all__ = [
     "audit_models",
     "drafts_models",
     "executions_models",
+    "gateway_models",
     "keys_models",
     "metadata",
+    "sessions_models",
     "shop_models",
     "tokens_models",
+    "webhooks_models",
 ]

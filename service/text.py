@@ -4,28 +4,92 @@ An agent writes strings an approver reads. A character in the categories below c
 fake what is on a screen (terminal escapes, bidi overrides, invisible joiners), so inputs
 refuse them (``service.validation.SafeText``) and every renderer shows them escaped
 (``inert``), as defence in depth for text that came in some other way.
+
+Beyond those categories, two things hide text too: Unicode's default-ignorable code points
+(drawn as nothing: Hangul fillers, the combining grapheme joiner, variation selectors, tag
+characters) and long runs of combining marks on one base (drawn over the neighbouring rows).
+Both are unsafe, with one exception so emoji keep working: the text/emoji presentation
+selectors U+FE0E and U+FE0F, once, right after a character that is itself shown.
 """
 
 from __future__ import annotations
 
 import unicodedata
+from bisect import bisect_right
+from collections.abc import Iterator
 
 # Controls (ANSI escapes, carriage returns), format characters (bidi overrides and isolates,
 # zero-width joiners, BOM), surrogates (never valid text), private-use glyphs, and the
 # line/paragraph separators.
 UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
 
+# Default_Ignorable_Code_Point, DerivedCoreProperties.txt (Unicode 15.1; stable since 5.2
+# apart from new assignments inside these ranges). Inclusive (first, last) pairs, sorted.
+DEFAULT_IGNORABLE: tuple[tuple[int, int], ...] = (
+    (0x00AD, 0x00AD),  # SOFT HYPHEN
+    (0x034F, 0x034F),  # COMBINING GRAPHEME JOINER
+    (0x061C, 0x061C),  # ARABIC LETTER MARK
+    (0x115F, 0x1160),  # HANGUL CHOSEONG / JUNGSEONG FILLER
+    (0x17B4, 0x17B5),  # KHMER VOWEL INHERENT AQ / AA
+    (0x180B, 0x180F),  # MONGOLIAN FREE VARIATION SELECTORS, VOWEL SEPARATOR
+    (0x200B, 0x200F),  # ZERO WIDTH SPACE .. RIGHT-TO-LEFT MARK
+    (0x202A, 0x202E),  # bidi embeddings and overrides
+    (0x2060, 0x206F),  # WORD JOINER .. invisible operators, bidi isolates, deprecated
+    (0x3164, 0x3164),  # HANGUL FILLER
+    (0xFE00, 0xFE0F),  # VARIATION SELECTORS 1-16
+    (0xFEFF, 0xFEFF),  # ZERO WIDTH NO-BREAK SPACE (BOM)
+    (0xFFA0, 0xFFA0),  # HALFWIDTH HANGUL FILLER
+    (0xFFF0, 0xFFF8),  # unassigned, reserved as ignorable
+    (0x1BCA0, 0x1BCA3),  # SHORTHAND FORMAT CONTROLS
+    (0x1D173, 0x1D17A),  # MUSICAL SYMBOL BEGIN BEAM .. END PHRASE
+    (0xE0000, 0xE0FFF),  # tags, VARIATION SELECTORS 17-256, reserved
+)
+_STARTS = tuple(first for first, _last in DEFAULT_IGNORABLE)
+PRESENTATION_SELECTORS = frozenset({"\ufe0e", "\ufe0f"})  # text / emoji style
+COMBINING_CATEGORIES = frozenset({"Mn", "Me"})
+MAX_COMBINING_RUN = 3  # enough for any real language's stacked diacritics
+
+
+def is_default_ignorable(character: str) -> bool:
+    code = ord(character)
+    index = bisect_right(_STARTS, code) - 1
+    return index >= 0 and code <= DEFAULT_IGNORABLE[index][1]
+
 
 def is_unsafe(character: str) -> bool:
-    return unicodedata.category(character) in UNSAFE_CATEGORIES
+    """Unsafe whatever surrounds it (a presentation selector is judged in context by
+    ``first_unsafe`` and ``inert``; here it counts as unsafe)."""
+    return unicodedata.category(character) in UNSAFE_CATEGORIES or is_default_ignorable(character)
+
+
+def _unsafe_positions(value: str) -> Iterator[int]:
+    """The index of every character that is unsafe where it stands."""
+    run = 0  # combining marks on the current base
+    shown_before = False  # the previous character is one that is drawn by itself
+    for index, character in enumerate(value):
+        if character in PRESENTATION_SELECTORS and shown_before:
+            shown_before = False  # one selector per character
+            continue
+        if is_unsafe(character):
+            run, shown_before = 0, False
+            yield index
+            continue
+        if unicodedata.category(character) in COMBINING_CATEGORIES:
+            run += 1
+            if run > MAX_COMBINING_RUN:
+                yield index
+            continue
+        run, shown_before = 0, not character.isspace()
 
 
 def first_unsafe(value: str) -> str | None:
     """The first unsafe character, described (``U+202E (RIGHT-TO-LEFT OVERRIDE)``), or None."""
-    for character in value:
-        if is_unsafe(character):
-            name = unicodedata.name(character, "a control character")
-            return f"U+{ord(character):04X} ({name})"
+    for index in _unsafe_positions(value):
+        character = value[index]
+        if unicodedata.category(character) in COMBINING_CATEGORIES and not is_unsafe(character):
+            return f"more than {MAX_COMBINING_RUN} combining marks on one character"
+        name = unicodedata.name(character, "a control character")
+        return f"U+{ord(character):04X} ({name})"
     return None
 
 
@@ -33,6 +97,12 @@ def inert(value: str) -> str:
     """``value`` with every unsafe character shown as a visible escape (``\\u202e``).
 
     Printable text, any script, is left as it is; the result is always valid UTF-8."""
-    if not any(is_unsafe(c) for c in value):
+    unsafe = set(_unsafe_positions(value))
+    if not unsafe:
         return value
-    return "".join(f"\\u{ord(c):04x}" if is_unsafe(c) else c for c in value)
+    return "".join(_escaped(c) if index in unsafe else c for index, c in enumerate(value))
+
+
+def _escaped(character: str) -> str:
+    code = ord(character)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"

@@ -25,6 +25,7 @@ from starlette.testclient import TestClient
 
 from service.cli import app as cli_app
 from service.config import Settings
+from service.keys.assertions import relying_party
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "compose.yaml"
@@ -497,3 +498,26 @@ def test_the_servers_believe_forwarded_headers_only_from_the_configured_proxies(
         }
     ]
     assert "DRAFTGATE_FORWARDED_ALLOW_IPS" in environment_of(load_compose()["services"]["api"])
+
+
+@pytest.mark.parametrize("component", ["worker", "beat", "mcp"])
+def test_every_component_sees_the_apis_public_url_and_relying_party(monkeypatch, component):
+    # The worker re-verifies each passkey approval before executing it and links webhook
+    # cards to the console: with the API's URL missing it would use 127.0.0.1 and refuse them.
+    services = load_compose()["services"]
+
+    def settings_of(name: str) -> Settings:
+        for key in [k for k in os.environ if k.startswith("DRAFTGATE_")]:
+            monkeypatch.delenv(key)
+        for key, value in environment_of(services[name]).items():
+            monkeypatch.setenv(key, interpolate(value))
+        return Settings()
+
+    api, other = settings_of("api"), settings_of(component)
+
+    assert other.api_public_url == api.api_public_url == "http://localhost:8000"
+    assert relying_party(other) == relying_party(api)
+    assert relying_party(other).rp_id == "localhost"
+    for name in ("api", component):
+        environment = environment_of(services[name])
+        assert {"DRAFTGATE_WEBAUTHN_RP_ID", "DRAFTGATE_WEBAUTHN_ORIGINS"} <= set(environment)

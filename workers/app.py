@@ -16,6 +16,7 @@ from service.executions.queue import celery_config
 from service.executions.schemas import CHECKPOINT_TASK, SWEEP_TASK
 from service.logs import configure_logging
 from service.runtime import Runtime, build_runtime
+from service.webhooks.schemas import SWEEP_TASK as WEBHOOK_SWEEP_TASK
 from workers import metrics as _metrics  # noqa: F401 - serves the worker's /metrics
 from workers.warmup import warm_up
 
@@ -26,9 +27,13 @@ def create_celery(settings: Settings) -> Celery:
     app.conf.beat_schedule = {
         "sweep": {"task": SWEEP_TASK, "schedule": settings.sweep_interval_seconds},
         "checkpoint": {"task": CHECKPOINT_TASK, "schedule": settings.checkpoint_interval_seconds},
+        "webhooks": {
+            "task": WEBHOOK_SWEEP_TASK,
+            "schedule": settings.webhook_sweep_interval_seconds,
+        },
     }
     app.conf.beat_schedule_filename = str(settings.state_dir / "beat-schedule")
-    app.conf.include = ["workers.tasks"]
+    app.conf.include = ["workers.tasks", "workers.webhooks"]
     return app
 
 

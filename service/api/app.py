@@ -8,10 +8,13 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
+from service.api.console import install_console
+from service.api.console.guard import ApiHeaders
 from service.api.errors import PROBLEM_JSON, install_error_handlers, problems, refuse_request
 from service.api.observability import TraceContext, observe
 from service.api.publisher import celery_publisher
-from service.api.routes import audit, drafts, executions, health, metrics
+from service.api.routes import admin, audit, drafts, executions, health, me, metrics
+from service.api.routes.webhooks import router as webhooks_router
 from service.api.routes.well_known import ResourceChallenge, protected_resource_router
 from service.config import get_settings
 from service.executions.outbox import Publisher
@@ -31,6 +34,10 @@ def create_app(runtime: Runtime | None = None, *, publisher: Publisher | None = 
         version="0.1.0",
         summary="Approve, execute and audit the writes AI agents propose.",
         generate_unique_id_function=operation_id,
+        # No Swagger UI / ReDoc: FastAPI's pages load unpinned scripts from a CDN, on the
+        # console's origin. The OpenAPI document stays at /openapi.json.
+        docs_url=None,
+        redoc_url=None,
     )
     observe(app)  # logs name each request's trace and ids; spans when tracing
     runtime = runtime or build_runtime(get_settings())
@@ -38,6 +45,7 @@ def create_app(runtime: Runtime | None = None, *, publisher: Publisher | None = 
     app.state.runtime = runtime
     app.state.publisher = publisher or celery_publisher(runtime.settings)
     install_error_handlers(app)
+    install_console(app)  # /console/: pages, JSON for its scripts, static files, its guard
     # Starlette runs the last added outermost: the address limit first, then the body limit.
     app.add_middleware(
         BodyLimit, max_bytes=runtime.settings.max_request_bytes, refuse=refuse_request
@@ -45,13 +53,17 @@ def create_app(runtime: Runtime | None = None, *, publisher: Publisher | None = 
     app.add_middleware(AddressLimit, limiter=runtime.limiter, refuse=refuse_request)
     # Around the limits: every 401 of /v1, theirs included, points to the resource metadata.
     app.add_middleware(ResourceChallenge, resource=runtime.settings.api_public_url)
-    app.add_middleware(TraceContext)  # outermost of ours: every refusal names its trace
+    app.add_middleware(TraceContext)  # every refusal names its trace
+    app.add_middleware(ApiHeaders)  # outermost: no response outside /console runs script
     app.include_router(health.router)
     app.include_router(protected_resource_router(runtime.settings))
     app.include_router(drafts.router)
     app.include_router(executions.router)
     app.include_router(audit.router)
     app.include_router(metrics.router)
+    app.include_router(webhooks_router)
+    app.include_router(me.router)
+    app.include_router(admin.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

@@ -28,6 +28,7 @@ from service import metrics
 from service.audit.models import AuditEvent, AuditHead
 from service.canonical import canonical_json, sha256_hex
 from service.sql import insert_or_ignore, rfc3339, utcnow
+from service.webhooks.announce import announce
 
 DOMAIN_PREFIX = b"draftgate.audit.v1\n"
 GENESIS_HASH = "0" * 64
@@ -131,6 +132,7 @@ def _append(session: Session, tenant: str, recorded: list[RecordedEvent]) -> Non
         session.execute(insert(_EVENTS), rows)  # in order; one statement compiled once
         session.execute(moved)
     _refresh_loaded_head(session, tenant, seq, prev_hash, at)
+    announce(session, tenant, rows)  # webhook deliveries, in this same transaction
 
 
 _HEADS: Table = AuditHead.__table__  # type: ignore[attr-defined]

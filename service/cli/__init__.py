@@ -50,6 +50,14 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "keys": ("service.cli.keys:app", "Generate, register, revoke and list approver keys."),
     "drafts": ("service.cli.approver:drafts_app", "Review drafts."),
     "executions": ("service.cli.approver:executions_app", "Inspect executions."),
+    "webhooks": (
+        "service.cli.webhooks:app",
+        "Add, list, remove and test outgoing webhooks (admins, through the API).",
+    ),
+    "gateway": (
+        "service.cli.gateway:app",
+        "Check the gateway file against its upstreams, and re-read their catalogues.",
+    ),
 }
 
 

@@ -47,10 +47,14 @@ def dev(
     if reset and state_dir.exists():
         shutil.rmtree(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
+    # The API's public URL names the console's site for passkeys (WebAuthn refuses an IP
+    # address as the site's name) and the audience of its tokens: localhost on loopback.
+    public_host = "localhost" if host in ("127.0.0.1", "localhost") else host
     env = {
         **os.environ,
         "DRAFTGATE_STATE_DIR": str(state_dir),
         "DRAFTGATE_MCP_PUBLIC_URL": f"http://{host}:{mcp_port}/mcp",
+        "DRAFTGATE_API_PUBLIC_URL": f"http://{public_host}:{api_port}",
     }
     env.pop("DRAFTGATE_DATABASE_URL", None)  # dev always runs on the embedded default
     env.pop("DRAFTGATE_BROKER_URL", None)
@@ -209,8 +213,11 @@ def _announce(
 ) -> None:
     typer.echo("")
     typer.echo("draftgate is running (embedded: SQLite, no servers)")
-    typer.echo(f"  HTTP API   {manifest['api_url']}   (OpenAPI: {manifest['api_url']}/docs)")
+    typer.echo(f"  HTTP API   {manifest['api_url']}  (OpenAPI: {manifest['api_url']}/openapi.json)")
     typer.echo(f"  MCP        {manifest['mcp_url']}   (streamable HTTP, bearer token)")
+    # localhost, not 127.0.0.1: passkeys (WebAuthn) refuse an IP address as the site's name.
+    console = str(manifest["api_url"]).replace("://127.0.0.1:", "://localhost:") + "/console/"
+    typer.echo(f"  console    {console}   (approvers: sign in with a token from the manifest)")
     typer.echo("  worker     Celery worker + beat on the server-less SQLite broker")
     typer.echo(f"  database   {state_dir / 'draftgate.db'}")
     typer.echo(f"  manifest   {manifest_path}   (demo tokens, keys, order ids)")

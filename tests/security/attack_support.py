@@ -40,6 +40,15 @@ from service.drafts.models import Draft
 from service.executions import actions as executions
 from service.executions.models import Execution, OutboxMessage
 from service.keys import actions as keys
+from service.keys import enrolments, passkeys
+from service.keys.assertions import relying_party
+from service.keys.models import (
+    ApproverKey,
+    ApproverPasskey,
+    KeyEnrolment,
+    WebAuthnChallenge,
+)
+from service.keys.schemas import KeyEnrolmentRequest, PasskeyRegistrationRequest
 from service.principal import Role
 from service.runtime import Runtime, build_runtime
 from service.shop.seed import seed_shop
@@ -55,9 +64,13 @@ from service.signing import (
 )
 from service.sql import rfc3339_seconds, utcnow
 from service.tokens import actions as tokens
+from service.tokens.models import ApiToken
 from service.tracing import new_trace_id
 from service.validation import parse
+from service.webhooks import actions as webhooks
+from service.webhooks.models import WebhookDelivery, WebhookEndpoint
 from tests.support.api_client import bearer, in_process
+from tests.support.authenticator import SoftwareAuthenticator
 from tests.support.databases import sqlite_copy
 
 DEMO, ACME = "demo", "acme"
@@ -71,6 +84,21 @@ NO_RATE_LIMITS: dict[str, Any] = {
     "rate_limit_recorded_refusals": "1000000/minute",
 }
 SMALL_ORDER = "ORD-1004"  # 785.00 USD: refunds up to 500.00 need one approver
+# A public address literal: creating an endpoint resolves nothing and needs no private-address
+# opt-in; nothing is ever delivered here (no worker runs in these tests).
+WEBHOOK_URL = "https://93.184.215.14/draftgate-hook"
+# What the credential and webhook routes change; a column that every authenticated request
+# may bump (a passkey's last use) is not a change a refusal could make.
+CREDENTIAL_TABLES = (
+    ApproverKey,
+    ApproverPasskey,
+    KeyEnrolment,
+    WebAuthnChallenge,
+    ApiToken,
+    WebhookEndpoint,
+    WebhookDelivery,
+)
+VOLATILE_COLUMNS = frozenset({"last_used_at"})
 # KWD has no tier of its own in the reference policy, so it gets the strictest: two approvers.
 TWO_APPROVER_ORDER = "ORD-1007"
 
@@ -124,11 +152,12 @@ class State:
     executions: frozenset[str]
     outbox: int
     heads: dict[str, int]
+    credentials: frozenset[tuple[Any, ...]] = frozenset()  # keys, tokens, webhooks, rows
 
     @property
     def effects(self) -> tuple[Any, ...]:
         """Everything but the audit heads: what no refused request may change."""
-        return self.drafts, self.approvals, self.executions, self.outbox
+        return self.drafts, self.approvals, self.executions, self.outbox, self.credentials
 
 
 class World:
@@ -183,7 +212,7 @@ class World:
 
     def _revoked(self, tenant: str) -> dict[str, Caller]:
         revoked = {}
-        for role in (Role.APPROVER, Role.AUDITOR):
+        for role in (Role.APPROVER, Role.AUDITOR, Role.ADMIN):
             issued = self.issue(tenant, f"revoked-{role.value}", role)
             with session_scope(self.runtime.engine) as session:
                 token_id = tokens.authenticate(session, issued.token).token_id
@@ -225,6 +254,80 @@ class World:
         path = self.key_dir / f"{name}-{secrets.token_hex(4)}.pem"
         write_private_key(generate_private_key(), path)
         return path
+
+    def principal(self, caller: Caller) -> Any:
+        with Session(self.runtime.engine) as session:
+            return tokens.authenticate(session, caller.token)
+
+    def enrolment(self, tenant: str) -> str:
+        """A pending Ed25519 key enrolment of the tenant's approver."""
+        approver = self.tenants[tenant].callers["approver"]
+        public_key = public_key_b64(generate_private_key())
+        with session_scope(self.runtime.engine) as session:
+            principal = tokens.authenticate(session, approver.token)
+            request = parse(KeyEnrolmentRequest, {"public_key": public_key})
+            found = enrolments.enrol_key(session, principal, request=request, now=utcnow())
+        return found.enrolment_id
+
+    def registered_key(self, tenant: str) -> str:
+        """A fresh active key of the tenant's approver bob (registered by the operator)."""
+        public_key = public_key_b64(generate_private_key())
+        with session_scope(self.runtime.engine) as session:
+            keys.register(
+                session, tenant=tenant, approver="bob", public_key=public_key, actor=OPERATOR
+            )
+        return key_id_for(public_key)
+
+    def passkey(self, tenant: str) -> str:
+        """A fresh active passkey of the tenant's approver (enrolled, approved by the admin)."""
+        callers = self.tenants[tenant].callers
+        party = relying_party(self.runtime.settings)
+        authenticator = SoftwareAuthenticator(rp_id=party.rp_id, origin=party.origins[0])
+        settings = self.runtime.settings
+        with session_scope(self.runtime.engine) as session:
+            approver = tokens.authenticate(session, callers["approver"].token)
+            options = passkeys.registration_options(
+                session, approver, settings=settings, now=utcnow()
+            )
+            request = parse(
+                PasskeyRegistrationRequest, {"credential": authenticator.create(options.options)}
+            )
+            enrolled = enrolments.enrol_passkey(
+                session, approver, settings=settings, request=request, now=utcnow()
+            )
+            admin = tokens.authenticate(session, callers["admin"].token)
+            enrolments.approve(session, admin, enrolment_id=enrolled.enrolment_id, now=utcnow())
+        return enrolled.key_id
+
+    def passkey_credential(self, tenant: str) -> dict[str, Any]:
+        """A passkey created for a fresh registration challenge of the tenant's approver."""
+        party = relying_party(self.runtime.settings)
+        authenticator = SoftwareAuthenticator(rp_id=party.rp_id, origin=party.origins[0])
+        with session_scope(self.runtime.engine) as session:
+            approver = tokens.authenticate(session, self.tenants[tenant].callers["approver"].token)
+            options = passkeys.registration_options(
+                session, approver, settings=self.runtime.settings, now=utcnow()
+            )
+        return authenticator.create(options.options)
+
+    def token(self, tenant: str) -> str:
+        """The id of a fresh auditor token of the tenant."""
+        caller = self.issue(tenant, f"auditor-{secrets.token_hex(3)}", Role.AUDITOR)
+        return str(self.principal(caller).token_id)
+
+    def webhook(self, tenant: str) -> str:
+        """A fresh endpoint of the tenant, added by its admin through the core."""
+        admin = self.tenants[tenant].callers["admin"]
+        with session_scope(self.runtime.engine) as session:
+            principal = tokens.authenticate(session, admin.token)
+            created = webhooks.create(
+                session,
+                principal,
+                runtime=self.runtime,
+                body={"url": WEBHOOK_URL, "events": ["draft.approved"]},
+                now=utcnow(),
+            )
+        return created.endpoint_id
 
     def revoke_key(self, caller: Caller) -> None:
         assert caller.tenant is not None
@@ -340,6 +443,7 @@ class World:
                 executions=frozenset(connection.scalars(select(execution.c.id)).all()),
                 outbox=int(connection.scalar(select(func.count()).select_from(outbox)) or 0),
                 heads={str(t): int(seq) for t, seq in heads},
+                credentials=frozenset(_rows(connection)),
             )
 
     def events_since(self, before: State) -> list[AuditEvent]:
@@ -356,6 +460,14 @@ class World:
                 .order_by(col(AuditEvent.tenant), col(AuditEvent.seq))
             )
             return list(session.scalars(statement).all())
+
+
+def _rows(connection: Any) -> Iterator[tuple[Any, ...]]:
+    for model in CREDENTIAL_TABLES:
+        table = model.__table__  # type: ignore[union-attr]
+        columns = [c for c in table.c if c.name not in VOLATILE_COLUMNS]
+        for row in connection.execute(select(*columns)):
+            yield (table.name, *map(str, row))
 
 
 def signed_body(

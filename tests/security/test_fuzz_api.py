@@ -46,9 +46,15 @@ from schemathesis.specs.openapi.checks import (
 from service.api.app import create_app
 from service.audit import checkpoints
 from service.db import session_scope
+from service.keys import actions as keys
+from service.keys import enrolments
+from service.keys.schemas import KeyEnrolmentRequest
 from service.principal import Role
+from service.signing import generate_private_key, key_id_for, public_key_b64
 from service.sql import utcnow
 from service.tokens import actions as tokens
+from service.validation import parse
+from service.webhooks import actions as webhooks
 from tests.security.fuzz_support import SCALE, fuzz_settings
 from tests.security.helpers import agent
 from tests.support.core import approve_in_core, request_execution_in_core
@@ -71,6 +77,7 @@ ANYONE = frozenset(IDENTITIES)
 REVIEWERS = frozenset({"approver_alice", "foreign_approver", "auditor"})
 APPROVERS = frozenset({"approver_alice", "foreign_approver"})
 AUDITORS = frozenset({"auditor"})
+ADMINS = frozenset({"admin"})
 # Who may get a 2xx from each operation; everyone else gets 401 (no valid token) or 403.
 SERVED = {
     "healthz": ANYONE,
@@ -85,8 +92,35 @@ SERVED = {
     "audit_verify": AUDITORS,
     "audit_checkpoints": AUDITORS,
     "trace": AUDITORS,
+    "webhooks_create": ADMINS,
+    "webhooks_list": ADMINS,
+    "webhooks_remove": ADMINS,
+    "webhooks_test": ADMINS,
+    "webhooks_deliveries": ADMINS,
+    "me_credentials": APPROVERS,
+    "passkey_registration_options": APPROVERS,
+    "passkey_enrolment": APPROVERS,
+    "key_enrolment": APPROVERS,
+    "admin_approvers": ADMINS,
+    "admin_enrolments": ADMINS,
+    "admin_enrolment_approve": ADMINS,
+    "admin_enrolment_reject": ADMINS,
+    "admin_key_register": ADMINS,
+    "admin_key_revoke": ADMINS,
+    "admin_passkey_revoke": ADMINS,
+    "admin_tokens": ADMINS,
+    "admin_token_issue": ADMINS,
+    "admin_token_revoke": ADMINS,
 }
-PATH_IDS = ("draft_id", "execution_id", "trace_id")
+PATH_IDS = (
+    "draft_id",
+    "execution_id",
+    "trace_id",
+    "endpoint_id",
+    "enrolment_id",
+    "key_id",
+    "token_id",
+)
 
 
 @pytest.fixture
@@ -145,6 +179,29 @@ def world(runtime, demo) -> Iterator[World]:
             session, tenant="acme", subject="mallory", role=Role.APPROVER, actor="test"
         )
         checkpoints.create(session, checkpoint_key, now=utcnow())
+        # Objects of the admin routes to aim at: none is a credential a fuzzed identity uses,
+        # so revoking or deciding them (the admin may) leaves every caller as it was.
+        spare = tokens.issue(session, tenant="demo", subject="spare", role=Role.AUDITOR, actor="t")
+        admin = tokens.authenticate(session, demo["tokens"]["admin"])
+        alice = tokens.authenticate(session, demo["tokens"]["approver_alice"])
+        endpoint = webhooks.create(
+            session,
+            admin,
+            runtime=runtime,
+            body={"url": "https://93.184.215.14/hook", "events": ["draft.approved"]},
+            now=utcnow(),
+        )
+        enrolment = enrolments.enrol_key(
+            session,
+            alice,
+            request=parse(
+                KeyEnrolmentRequest, {"public_key": public_key_b64(generate_private_key())}
+            ),
+            now=utcnow(),
+        )
+        bobs_key = public_key_b64(generate_private_key())
+        keys.register(session, tenant="demo", approver="bob", public_key=bobs_key, actor="t")
+        spare_id = tokens.authenticate(session, spare.token).token_id
     identities: dict[str, str | None] = {
         name: demo["tokens"][name] for name in ("agent", "approver_alice", "auditor", "admin")
     }
@@ -157,6 +214,10 @@ def world(runtime, demo) -> Iterator[World]:
         "draft_id": [approved, pending, cancel],
         "execution_id": [execution.id],
         "trace_id": traces,
+        "endpoint_id": [endpoint.endpoint_id],
+        "enrolment_id": [enrolment.enrolment_id],
+        "key_id": [key_id_for(bobs_key)],
+        "token_id": [spare_id],
     }
     yield World(create_app(runtime, publisher=lambda task, args: None), identities, real_ids)
     asgi.shutdown_lifespans()
@@ -251,6 +312,10 @@ def _made_up(key: str) -> str:
         "draft_id": "dft_" + secrets.token_hex(16),
         "execution_id": "exe_" + secrets.token_hex(12),
         "trace_id": secrets.token_hex(16),
+        "endpoint_id": "whk_" + secrets.token_hex(12),
+        "enrolment_id": "enr_" + secrets.token_hex(12),
+        "key_id": key_id_for(public_key_b64(generate_private_key())),
+        "token_id": "tok_" + secrets.token_hex(8),
     }[key]
 
 

@@ -102,7 +102,8 @@ def test_every_pair_is_either_made_with_its_event_or_refused_untouched(runtime, 
 
 
 def test_nothing_but_the_owner_writes_a_draft_status():
-    """No other module assigns a ``.status``: the two owners, and the shop's own order table."""
+    """No other module assigns a ``.status``: one owner per state machine (drafts, executions,
+    key enrolments, webhook deliveries), and the shop's own order table."""
     root = Path(__file__).parents[3] / "service"
     writers = set()
     for path in root.rglob("*.py"):
@@ -117,4 +118,6 @@ def test_nothing_but_the_owner_writes_a_draft_status():
         ("drafts/state.py", "draft"),
         ("executions/state.py", "execution"),
         ("shop/definitions.py", "order"),  # the downstream business system's own state
+        ("keys/enrolments.py", "enrolment"),  # pending -> approved | rejected, in _decide only
+        ("webhooks/delivery.py", "delivery"),  # a delivery's attempts, in the worker only
     }
