@@ -267,8 +267,6 @@ def _http_actions(declared: GatewayFile, name: str, report: GatewayReport) -> li
             actions += http_actions(service, where=where)
         except GatewayError as exc:
             report.problems.append(str(exc))
-        except NotImplementedError:
-            report.problems.append(f"{where}: HTTP actions are not available in this build")
     return actions
 
 
