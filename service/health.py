@@ -32,6 +32,8 @@ Component = Literal["api", "mcp", "worker", "beat"]
 SIGNING_COMPONENTS: frozenset[Component] = frozenset({"worker"})
 # The MCP server only proposes drafts: nothing it does goes through the broker.
 BROKER_COMPONENTS: frozenset[Component] = frozenset({"api", "worker", "beat"})
+# Who verifies approvers' signatures: the API (approvals, the execute gate) and the worker.
+VERIFYING_COMPONENTS: frozenset[Component] = frozenset({"api", "worker"})
 
 # Reading a key file fails with these: missing or unreadable (OSError), not a PEM key, not
 # Ed25519 or encrypted (ValueError, TypeError), an algorithm this build does not support.
@@ -136,6 +138,28 @@ def checkpoint_key_status(settings: Settings) -> str:
     return OK
 
 
+SHOWN_WEAK_KEYS = 10
+
+
+def approver_keys_status(engine: Engine) -> str:
+    """ "ok" when every active approver key and passkey holds a strong public key; otherwise
+    which do not (they never count, but an operator should revoke them and find out how a
+    weak key got into the database)."""
+    from service.keys.strength import weak_credentials  # the keys domain, only when asked
+
+    with Session(engine) as session:
+        weak = weak_credentials(session)
+    if not weak:
+        return OK
+    named = ", ".join(f"{w.tenant}/{w.key_id} of {w.approver}" for w in weak[:SHOWN_WEAK_KEYS])
+    more = f" and {len(weak) - SHOWN_WEAK_KEYS} more" if len(weak) > SHOWN_WEAK_KEYS else ""
+    return (
+        f"weak: {len(weak)} active credential(s) hold a weak public key (small-order, "
+        f"mixed-order or non-canonical) and never count: {named}{more}; revoke each "
+        "(`draftgate keys revoke KEY_ID`, `keys revoke-passkey KEY_ID`) and enrol a new key"
+    )
+
+
 def secret_key_status(path: Path) -> str:
     """ "ok" when the server secret can be read and is long enough; never creates it."""
     from service.cursors import KEY_BYTES
@@ -183,6 +207,10 @@ def doctor(settings: Settings, component: Component | None = None) -> dict[str, 
         checks["audit_checkpoints"] = _after(
             checks["schema"], "schema", lambda: audit_anchored(engine, settings)
         )
+        if component is None or component in VERIFYING_COMPONENTS:
+            checks["approver_keys"] = _after(
+                checks["schema"], "schema", lambda: approver_keys_status(engine)
+            )
     finally:
         engine.dispose()
     if settings.secret_key_file is not None:

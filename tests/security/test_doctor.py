@@ -28,7 +28,14 @@ from service.signing import generate_private_key, public_key_b64
 from service.sql import utcnow
 from tests.support import cli
 
-EVERY_CHECK = ["database", "schema", "broker", "checkpoint_key", "audit_checkpoints"]
+EVERY_CHECK = [
+    "database",
+    "schema",
+    "broker",
+    "checkpoint_key",
+    "audit_checkpoints",
+    "approver_keys",
+]
 
 
 @pytest.fixture
@@ -102,7 +109,7 @@ def test_each_component_is_checked_for_what_it_needs(runtime):
     # No checkpoint key here: only the component that signs (the worker) needs one.
     pinned = public_key_b64(generate_private_key())
     needs = {
-        "api": ["database", "schema", "broker", "audit_checkpoints"],
+        "api": ["database", "schema", "broker", "audit_checkpoints", "approver_keys"],
         "mcp": ["database", "schema", "audit_checkpoints"],
         "beat": ["database", "schema", "broker", "audit_checkpoints"],
     }
@@ -139,6 +146,7 @@ def test_a_missing_checkpoint_key_is_reported_and_fails(runtime):
         "database",
         "schema",
         "broker",
+        "approver_keys",
     ]
 
 
@@ -146,7 +154,7 @@ def test_the_table_says_how_many_checks_failed(runtime):
     result = doctor(runtime)
 
     assert result.exit_code == 1
-    assert result.stdout.splitlines()[-1] == "2 of 5 checks failed"
+    assert result.stdout.splitlines()[-1] == "2 of 6 checks failed"
 
 
 @pytest.mark.parametrize("damage", ["garbage", "public-key-only", "encrypted"])
