@@ -23,8 +23,10 @@ from service.audit import checkpoints
 from service.db import make_engine, session_scope
 from service.errors import DomainError
 from service.health import readiness
+from service.keys import actions as keys
+from service.keys.models import ApproverKey
 from service.migrate import upgrade
-from service.signing import generate_private_key, public_key_b64
+from service.signing import generate_private_key, key_id_for, public_key_b64
 from service.sql import utcnow
 from tests.support import cli
 
@@ -362,6 +364,39 @@ def test_stale_checkpoints_are_reported_until_the_log_is_checkpointed(runtime):
             "checks": dict.fromkeys(["database", "schema", "broker", "audit_checkpoints"], "ok"),
         },
     )
+
+
+# --- approver keys -------------------------------------------------------------------------------
+
+
+def test_a_weak_approver_key_in_the_database_is_named_as_a_failed_check(runtime):
+    """Issue 17: a small-order key written straight into the database never counts, and the
+    operator is told which one it is (regression: there was no such check)."""
+    with_key(runtime)
+    identity = "AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+    with session_scope(runtime.engine) as session:
+        session.add(
+            ApproverKey(
+                key_id=key_id_for(identity),
+                tenant="demo",
+                approver="alice",
+                public_key=identity,
+                created_at=utcnow(),
+            )
+        )
+
+    code, report = doctor_json(runtime, "--component", "api")
+
+    assert code == 1
+    status = report["checks"]["approver_keys"]
+    assert status.startswith("weak: 1 active credential(s) hold a weak public key")
+    assert f"demo/{key_id_for(identity)} of alice" in status
+    assert "draftgate keys revoke" in status
+    assert [name for name, check in report["checks"].items() if check != "ok"] == ["approver_keys"]
+
+    with session_scope(runtime.engine) as session:
+        keys.revoke(session, tenant="demo", key_id=key_id_for(identity), actor="operator:test")
+    assert doctor_json(runtime, "--component", "api")[1]["checks"]["approver_keys"] == "ok"
 
 
 # --- the server secret ----------------------------------------------------------------------------

@@ -114,8 +114,10 @@ def forge(draft: dict[str, Any], public_key: str) -> tuple[dict[str, Any], str]:
 
 
 def plant_forged_approval(runtime, draft_id: str, public_key: str) -> str:
-    """The state the old code left behind: the forged approval stored, the draft approved."""
-    key_id = plant_key(runtime, public_key)
+    """The state the old code left behind: the forged approval under the (planted) key
+    stored, the draft approved. Returns the approval's id."""
+    key_id = key_id_for(public_key)
+    approval_id = "apv_" + secrets.token_hex(12)
     with session_scope(runtime.engine) as session:
         draft = session.get(Draft, draft_id)
         assert draft is not None
@@ -130,7 +132,7 @@ def plant_forged_approval(runtime, draft_id: str, public_key: str) -> str:
         statement, signature = forge(view, public_key)
         session.add(
             Approval(
-                id="apv_" + secrets.token_hex(12),
+                id=approval_id,
                 tenant=draft.tenant,
                 draft_id=draft.id,
                 revision=draft.revision,
@@ -145,7 +147,7 @@ def plant_forged_approval(runtime, draft_id: str, public_key: str) -> str:
         )
         draft.status = DraftStatus.APPROVED
         session.add(draft)
-    return key_id
+    return approval_id
 
 
 def refunds(runtime) -> list[Refund]:
@@ -181,7 +183,8 @@ def test_a_forged_approval_under_a_planted_small_order_key_is_refused(
 
 def test_a_stored_forged_approval_never_counts_at_the_gate(api, runtime, demo, door):
     draft_id = propose(door)["draft_id"]
-    key_id = plant_forged_approval(runtime, draft_id, IDENTITY)
+    key_id = plant_key(runtime, IDENTITY)
+    plant_forged_approval(runtime, draft_id, IDENTITY)
 
     refused = execute(api, token(demo, "alice"), draft_id)
 
@@ -204,6 +207,7 @@ def test_the_worker_refuses_a_stored_forged_approval_queued_behind_the_apis_back
     runtime, demo, door
 ):
     draft_id = propose(door)["draft_id"]
+    plant_key(runtime, IDENTITY)
     plant_forged_approval(runtime, draft_id, IDENTITY)
     execution_id = "exe_" + secrets.token_hex(12)
     now = utcnow()
