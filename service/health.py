@@ -20,7 +20,7 @@ from sqlalchemy import Engine, create_engine, make_url, text
 from sqlmodel import Session
 
 from service.config import Settings
-from service.signing import load_private_key, public_key_b64
+from service.signing import load_private_key, parse_public_key, public_key_b64
 from service.sql import utcnow
 
 TIMEOUT_SECONDS = 2.0
@@ -130,6 +130,11 @@ def checkpoint_key_status(settings: Settings) -> str:
         )
     public = public_key_b64(key)
     pinned = settings.checkpoint_public_key
+    try:
+        if pinned:
+            parse_public_key(pinned)
+    except ValueError as exc:  # a weak pinned key would "verify" forged checkpoints
+        return f"invalid: DRAFTGATE_CHECKPOINT_PUBLIC_KEY is not a usable Ed25519 key: {exc}"
     if pinned and public != pinned:
         return (
             f"mismatch: the key at {path} has public key {public}, not the trusted "

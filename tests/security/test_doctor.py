@@ -399,6 +399,19 @@ def test_a_weak_approver_key_in_the_database_is_named_as_a_failed_check(runtime)
     assert doctor_json(runtime, "--component", "api")[1]["checks"]["approver_keys"] == "ok"
 
 
+def test_a_weak_pinned_checkpoint_public_key_is_named(runtime):
+    with_key(runtime)
+    weak = {"DRAFTGATE_CHECKPOINT_PUBLIC_KEY": "AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}
+
+    code, report = doctor_json(runtime, "--component", "worker", **weak)
+
+    assert code == 1
+    assert report["checks"]["checkpoint_key"].startswith(
+        "invalid: DRAFTGATE_CHECKPOINT_PUBLIC_KEY is not a usable Ed25519 key: it is not the "
+        "canonical encoding of a point of Ed25519's prime-order subgroup"
+    )
+
+
 # --- the server secret ----------------------------------------------------------------------------
 
 

@@ -285,3 +285,23 @@ def test_the_forged_approval_signature_does_not_verify():
 )
 def test_malformed_input_never_verifies_and_never_raises(public_key: str, signature: str):
     assert verify(public_key, b"message", signature) is False
+
+
+# --- one implementation ------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+# Names that load or verify an Ed25519 public key: only service/signing.py may use them.
+VERIFYING_NAMES = ("Ed25519PublicKey", "from_public_bytes", "crypto_sign_open", "VerifyKey")
+
+
+def test_one_ed25519_verification_for_the_whole_project():
+    """Every verification goes through service.signing (DESIGN.md §12): no other module of
+    the service, the doors, the benches or the drills loads an Ed25519 public key itself."""
+    offenders = []
+    for package in ("service", "workers", "mcp_adapter", "bench", "reliability", "tools"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path == ROOT / "service" / "signing.py":
+                continue
+            text = path.read_text(encoding="utf-8")
+            offenders += [f"{path.relative_to(ROOT)}: {n}" for n in VERIFYING_NAMES if n in text]
+    assert offenders == []
