@@ -1,13 +1,14 @@
 """Ed25519 edge cases built from first principles, for the strict-verification tests.
 
-No npm or PyPI package ships the test vectors of "Taming the many EdDSAs" (Chalkias, Garillot,
-Nikolaenko, 2020; novifinancial/ed25519-speccheck), and nothing fetched may be committed, so
-this module builds the paper's twelve cases itself, from their definitions (the paper's
-table: which of A and R is small-order, mixed-order or of order L, whether S < L, which
-encoding is non-canonical and what is hashed). It also enumerates every small-order point
-and every non-canonical encoding of a point from the curve's equation.
+We found no npm or PyPI package that ships the test vectors of "Taming the many EdDSAs"
+(Chalkias, Garillot, Nikolaenko, 2020; novifinancial/ed25519-speccheck), and nothing fetched
+may be committed, so this module builds the paper's twelve cases itself, from their
+definitions (the paper's table: which of A and R is small-order, mixed-order or of order L,
+whether S < L, which encoding is non-canonical and what is hashed). It also enumerates
+every small-order point and every non-canonical encoding of a point from the curve's
+equation.
 
-The arithmetic below is a *reference* for tests only (affine twisted-Edwards formulas, slow
+The arithmetic below is a *reference* for tests only (textbook twisted-Edwards formulas, slow
 and not constant-time): it builds inputs and judges them with the textbook equations, so
 each case is shown to be what it claims before draftgate's verifier (libsodium) is asked.
 Production code never does curve arithmetic by hand (service/signing.py).
@@ -203,8 +204,8 @@ def _sig(r_bytes: bytes, s: int) -> bytes:
 
 
 def taming_cases(a: int = 0x2B0F_5A1E_77C3, r: int = 0x51D4_09E2_3B6F) -> list[Case]:
-    """The twelve cases of the paper's table 5 (speccheck's cases.json), rebuilt; ``a`` and
-    ``r`` are the secret and nonce scalars of the order-L parts."""
+    """The twelve cases of the paper's table of test vectors (speccheck's cases.json),
+    rebuilt; ``a`` and ``r`` are the secret and nonce scalars of the order-L parts."""
     t = T8
     mixed_a = add(mul(a, BASE), t)  # aB + T: a key with a small-order component
     cases = []

@@ -7,9 +7,10 @@ edge cases, each asserted with its expected result (DESIGN.md §12, docs/approva
   (small-order and mixed-order public keys, which RFC 8032 leaves to the verifier) do not:
   our rule refuses those keys.
 - The twelve cases of "Taming the many EdDSAs" (Chalkias, Garillot, Nikolaenko 2020). No
-  npm or PyPI package ships speccheck's cases.json, so tests/service/ed25519_cases.py builds
-  them from the paper's definitions; each is first shown to be what the paper says (a lax
-  verifier accepts it as the paper's table does), then refused by ours.
+  npm or PyPI package we could find ships speccheck's cases.json, so
+  tests/service/ed25519_cases.py builds them from the paper's definitions; each is first
+  shown to be what the paper says (a lax verifier accepts it as the paper's table does),
+  then refused by ours.
 
 BUG (before issue 17): service.signing verified with OpenSSL (``cryptography``), which
 accepts a small-order public key: under the identity, R = identity and S = 0 "verify" for
@@ -49,7 +50,7 @@ WYCHEPROOF_FILE = "Signature/wycheproof/ed25519_test.json"
 # What RFC 8032 leaves to the verifier, and what draftgate's rule decides for it.
 REFUSED_ACCEPTABLE_FLAGS = {"SmallOrderPublicKey", "MixedOrderPublicKey"}
 IDENTITY_KEY = "AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"  # the issue's forged-approval key
-# libsodium's verify alone on the paper's cases (the paper's table 5, row "LibSodium"): it
+# libsodium's verify alone on the paper's cases (the published results, row "LibSodium"): it
 # accepts case 3 (mixed-order A and R), which only our key rule refuses.
 LIBSODIUM_ALONE_ACCEPTS = {3}
 # What OpenSSL (``cryptography``, service/signing.py before issue 17) accepts among them.
@@ -132,7 +133,7 @@ def _canonical(encoded: bytes) -> bool:
     return point is not None and curve.encode(point) == encoded
 
 
-# The paper's table 5, columns A, R, S and "non-canonical": what each case is made of.
+# The paper's table of cases, columns A, R, S and "non-canonical": what each case is made of.
 SHAPES = {
     0: ("small", "small", "S = 0", None),
     1: ("small", "mixed", "0 < S < L", None),
