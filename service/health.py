@@ -20,7 +20,7 @@ from sqlalchemy import Engine, create_engine, make_url, text
 from sqlmodel import Session
 
 from service.config import Settings
-from service.signing import load_private_key, public_key_b64
+from service.signing import load_private_key, parse_public_key, public_key_b64
 from service.sql import utcnow
 
 TIMEOUT_SECONDS = 2.0
@@ -32,6 +32,8 @@ Component = Literal["api", "mcp", "worker", "beat"]
 SIGNING_COMPONENTS: frozenset[Component] = frozenset({"worker"})
 # The MCP server only proposes drafts: nothing it does goes through the broker.
 BROKER_COMPONENTS: frozenset[Component] = frozenset({"api", "worker", "beat"})
+# Who verifies approvers' signatures: the API (approvals, the execute gate) and the worker.
+VERIFYING_COMPONENTS: frozenset[Component] = frozenset({"api", "worker"})
 
 # Reading a key file fails with these: missing or unreadable (OSError), not a PEM key, not
 # Ed25519 or encrypted (ValueError, TypeError), an algorithm this build does not support.
@@ -128,12 +130,39 @@ def checkpoint_key_status(settings: Settings) -> str:
         )
     public = public_key_b64(key)
     pinned = settings.checkpoint_public_key
+    try:
+        if pinned:
+            parse_public_key(pinned)
+    except ValueError as exc:  # a weak pinned key would "verify" forged checkpoints
+        return f"invalid: DRAFTGATE_CHECKPOINT_PUBLIC_KEY is not a usable Ed25519 key: {exc}"
     if pinned and public != pinned:
         return (
             f"mismatch: the key at {path} has public key {public}, not the trusted "
             f"DRAFTGATE_CHECKPOINT_PUBLIC_KEY {pinned}: what it signs would not verify"
         )
     return OK
+
+
+SHOWN_WEAK_KEYS = 10
+
+
+def approver_keys_status(engine: Engine) -> str:
+    """ "ok" when every active approver key and passkey holds a strong public key; otherwise
+    which do not (they never count, but an operator should revoke them and find out how a
+    weak key got into the database)."""
+    from service.keys.strength import weak_credentials  # the keys domain, only when asked
+
+    with Session(engine) as session:
+        weak = weak_credentials(session)
+    if not weak:
+        return OK
+    named = ", ".join(f"{w.tenant}/{w.key_id} of {w.approver}" for w in weak[:SHOWN_WEAK_KEYS])
+    more = f" and {len(weak) - SHOWN_WEAK_KEYS} more" if len(weak) > SHOWN_WEAK_KEYS else ""
+    return (
+        f"weak: {len(weak)} active credential(s) hold a weak public key (small-order, "
+        f"mixed-order or non-canonical) and never count: {named}{more}; revoke each "
+        "(`draftgate keys revoke KEY_ID`, `keys revoke-passkey KEY_ID`) and enrol a new key"
+    )
 
 
 def secret_key_status(path: Path) -> str:
@@ -183,6 +212,10 @@ def doctor(settings: Settings, component: Component | None = None) -> dict[str, 
         checks["audit_checkpoints"] = _after(
             checks["schema"], "schema", lambda: audit_anchored(engine, settings)
         )
+        if component is None or component in VERIFYING_COMPONENTS:
+            checks["approver_keys"] = _after(
+                checks["schema"], "schema", lambda: approver_keys_status(engine)
+            )
     finally:
         engine.dispose()
     if settings.secret_key_file is not None:

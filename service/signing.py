@@ -1,8 +1,15 @@
-"""Ed25519 keys and signatures for approvals (DESIGN.md §4).
+"""Ed25519 keys and signatures for approvals (DESIGN.md §4, §12).
 
 Private keys live in PKCS#8 PEM files owned by the approver, encrypted with a passphrase
 unless their owner chose otherwise; the server only ever stores public keys. Signatures are
 base64url without padding.
+
+Verification is strict and lives here only (``verify_bytes``): every door, the worker, the
+checkpoint verifier and the passkey check call it. It is libsodium's (through PyNaCl), not
+OpenSSL's: OpenSSL accepts a small-order public key such as the identity, under which a
+signature with R = identity and S = 0 "verifies" for every message, so anyone could forge
+an approval without a private key (docs/approvals.md, "Which keys and signatures count").
+Signing and key files stay on ``cryptography``: what it signs, libsodium verifies.
 """
 
 from __future__ import annotations
@@ -11,13 +18,15 @@ import base64
 import os
 from pathlib import Path
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from nacl.bindings import crypto_core_ed25519_is_valid_point, crypto_sign_open
+from nacl.exceptions import BadSignatureError
 
 from service.canonical import sha256_hex
 
 PUBLIC_KEY_BYTES = 32
+SIGNATURE_BYTES = 64
 
 
 def b64url(data: bytes) -> str:
@@ -119,11 +128,37 @@ def key_id_for(public_key: str) -> str:
     return "ed25519-" + sha256_hex(b64url_decode(public_key))[:16]
 
 
-def parse_public_key(public_key: str) -> Ed25519PublicKey:
-    raw = b64url_decode(public_key)
+WEAK_KEY_REASON = (
+    "it is not the canonical encoding of a point of Ed25519's prime-order subgroup (it is "
+    "a small-order point such as the identity, has a small-order component, or is encoded "
+    "non-canonically); no Ed25519 key generator makes such a key, and signatures under it "
+    "can be forged without any private key, or denied later"
+)
+
+
+class WeakPublicKey(ValueError):
+    """32 bytes that are no strong Ed25519 public key (see ``strong_public_key``)."""
+
+    def __init__(self) -> None:
+        super().__init__(WEAK_KEY_REASON)
+
+
+def strong_public_key(raw: bytes) -> bytes:
+    """``raw`` if it is a strong Ed25519 public key: the canonical encoding of a point of the
+    prime-order subgroup other than the identity (libsodium's
+    ``crypto_core_ed25519_is_valid_point``: canonical, on the curve, in the main subgroup,
+    not of small order). Raises WeakPublicKey, or ValueError for a length that is not 32."""
     if len(raw) != PUBLIC_KEY_BYTES:
         raise ValueError("an Ed25519 public key is 32 bytes")
-    return Ed25519PublicKey.from_public_bytes(raw)
+    if not crypto_core_ed25519_is_valid_point(raw):
+        raise WeakPublicKey()
+    return raw
+
+
+def parse_public_key(public_key: str) -> bytes:
+    """The raw bytes of a base64url public key, only if it is a strong Ed25519 key; raises
+    WeakPublicKey (a ValueError) for a weak one, ValueError for anything else."""
+    return strong_public_key(b64url_decode(public_key))
 
 
 def sign(key: Ed25519PrivateKey, message: bytes) -> str:
@@ -131,9 +166,33 @@ def sign(key: Ed25519PrivateKey, message: bytes) -> str:
 
 
 def verify(public_key: str, message: bytes, signature: str) -> bool:
-    """True only for a valid signature by that key over exactly those bytes."""
+    """True only for a valid signature by that key over exactly those bytes (both base64url);
+    strict as ``verify_bytes``."""
     try:
-        parse_public_key(public_key).verify(b64url_decode(signature), message)
-    except (InvalidSignature, ValueError):
+        raw_key, raw_signature = b64url_decode(public_key), b64url_decode(signature)
+    except ValueError:
+        return False
+    return verify_bytes(raw_key, message, raw_signature)
+
+
+def verify_bytes(public_key: bytes, message: bytes, signature: bytes) -> bool:
+    """draftgate's one Ed25519 verification: True only when ``public_key`` is strong (see
+    ``strong_public_key``) and ``signature`` is a strict RFC 8032 signature over ``message``.
+
+    libsodium's ``crypto_sign_verify_detached`` (through ``crypto_sign_open``) rejects a
+    non-canonical S (S >= L), a small-order R, a small-order or non-canonical A, and compares
+    the recomputed R with the signature's bytes, so a non-canonical R never verifies; the
+    equation is the cofactorless [S]B = R + [k]A. The key check before it also refuses keys
+    with a small-order component, which libsodium's verify alone would accept.
+    """
+    try:
+        strong_public_key(public_key)
+    except ValueError:
+        return False
+    if len(signature) != SIGNATURE_BYTES:
+        return False
+    try:
+        crypto_sign_open(signature + message, public_key)
+    except BadSignatureError:
         return False
     return True

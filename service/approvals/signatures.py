@@ -2,7 +2,10 @@
 JCS(statement), or a passkey's WebAuthn assertion whose challenge is SHA-256(JCS(statement)).
 
 ``verify_request`` checks a decision as it arrives (and advances a passkey's sign counter);
-``problem`` re-checks a stored approval, for every quorum check and the worker.
+``problem`` re-checks a stored approval, for every quorum check and the worker. Both refuse a
+credential whose public key is weak (``service.keys.strength``) before anything else about
+its signature: such a key may have been written straight into the database, and under it a
+signature can be forged without any private key.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from service.approvals.schemas import (
 )
 from service.canonical import canonical_json
 from service.config import Settings
+from service.keys import errors as keys_errors
 from service.keys import repository as keys_repository
 from service.keys.assertions import (
     Assertion,
@@ -32,6 +36,7 @@ from service.keys.assertions import (
 )
 from service.keys.models import ApproverKey, ApproverPasskey
 from service.keys.repository import Credential
+from service.keys.strength import credential_problem
 from service.principal import Principal
 from service.signing import verify
 
@@ -55,6 +60,7 @@ def verify_request(
         raise errors.key_not_owned()
     if key.revoked_at is not None:
         raise errors.key_revoked()
+    _refuse_weak(key)
     assert request.signature is not None  # ApprovalRequest holds exactly one of the two
     if not verify(key.public_key, canonical_json(statement.signed_value()), request.signature):
         raise errors.signature_invalid()
@@ -79,6 +85,7 @@ def _verify_assertion(
         raise errors.key_not_owned()
     if passkey.revoked_at is not None:
         raise errors.key_revoked()
+    _refuse_weak(passkey)
     try:
         passkey.sign_count = verify_assertion(
             _assertion(webauthn),
@@ -95,6 +102,14 @@ def _verify_assertion(
     return passkey
 
 
+def _refuse_weak(credential: Credential) -> None:
+    weakness = credential_problem(credential)
+    if weakness is not None:
+        raise keys_errors.weak_public_key(
+            f"Your registered credential {credential.key_id}", weakness
+        )
+
+
 def _assertion(webauthn: WebAuthnAssertion) -> Assertion:
     return Assertion(
         credential_id=webauthn.credential_id,
@@ -108,7 +123,10 @@ def problem(
     approval: Approval, key: Credential, signed: bytes, party: RelyingParty | None
 ) -> str | None:
     """Why the stored approval's signature does not sign ``signed`` (JCS of its statement)
-    with ``key``, by the approval's scheme; None when it does."""
+    with ``key``, by the approval's scheme; None when it does. A weak key never counts."""
+    weakness = credential_problem(key)
+    if weakness is not None:
+        return f"the signing key is weak and never counts: {weakness}"
     if isinstance(key, ApproverKey):
         if approval.scheme != SCHEME_ED25519 or not verify(
             key.public_key, signed, approval.signature

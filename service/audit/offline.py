@@ -167,8 +167,10 @@ def read_trust_file(text: str) -> str:
     public_key, key_id = document.get("public_key"), document.get("key_id")
     try:
         parse_public_key(public_key if isinstance(public_key, str) else "")
-    except ValueError:
-        raise ExportError("the trust file's public_key is not an Ed25519 public key") from None
+    except ValueError as exc:  # a weak key too: it would "verify" forged checkpoints
+        raise ExportError(
+            f"the trust file's public_key is not a usable Ed25519 public key: {exc}"
+        ) from None
     if key_id is not None and key_id != key_id_for(str(public_key)):
         raise ExportError("the trust file's key_id does not match its public_key")
     return str(public_key)

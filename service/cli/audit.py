@@ -292,7 +292,7 @@ def _pinned_key(public_key: str | None, trust_file: Path | None) -> str:
     try:
         parse_public_key(public_key)
     except ValueError as exc:
-        _cannot_verify(f"--public-key is not an Ed25519 public key: {exc}")
+        _cannot_verify(f"--public-key is not a usable Ed25519 public key: {exc}")
     return public_key
 
 

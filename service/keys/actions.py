@@ -13,7 +13,7 @@ from service.errors import invalid_argument
 from service.keys import errors, repository
 from service.keys.models import ApproverKey
 from service.keys.schemas import KeyInfo, KeyRegistration
-from service.signing import key_id_for, parse_public_key
+from service.signing import WeakPublicKey, key_id_for, parse_public_key
 from service.sql import utcnow
 from service.validation import parse
 
@@ -26,12 +26,7 @@ def register(
         KeyRegistration,
         {"tenant": tenant, "approver": approver, "public_key": public_key, "label": label},
     )
-    try:
-        parse_public_key(public_key)
-    except ValueError as exc:
-        raise invalid_argument(f"Not a usable Ed25519 public key: {exc}.") from None
-    if repository.by_public_key(session, public_key) is not None:
-        raise errors.key_already_registered()
+    check_new_key(session, public_key)
     key = ApproverKey(
         key_id=key_id_for(public_key),
         tenant=tenant,
@@ -49,6 +44,20 @@ def register(
         data={"key_id": key.key_id, "approver": approver, "public_key": public_key},
     )
     return info(key)
+
+
+def check_new_key(session: Session, public_key: str) -> None:
+    """Refuse a public key that is not a strong Ed25519 key (WEAK_PUBLIC_KEY: small-order,
+    mixed-order, non-canonical) or that is registered already: every way a key enters
+    (registration, enrolment, the demo seed) goes through here."""
+    try:
+        parse_public_key(public_key)
+    except WeakPublicKey:
+        raise errors.weak_public_key() from None
+    except ValueError as exc:
+        raise invalid_argument(f"Not a usable Ed25519 public key: {exc}.") from None
+    if repository.by_public_key(session, public_key) is not None:
+        raise errors.key_already_registered()
 
 
 def revoke(session: Session, *, tenant: str, key_id: str, actor: str) -> KeyInfo:

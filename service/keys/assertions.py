@@ -5,7 +5,9 @@ names the challenge, and for an approval the challenge is SHA-256(JCS(statement)
 assertion signs the statement exactly as an Ed25519 signature does, with no server-issued
 challenge (docs/approvals.md, "Passkeys"). Each rule is checked here first, so a refusal
 says which one failed; then the ``webauthn`` library (py_webauthn) verifies the whole
-assertion again and has the last word on the signature.
+assertion again. An EdDSA passkey's signature is verified by draftgate's one strict Ed25519
+verification (``service.signing.verify_bytes``) before that: the library verifies Ed25519
+with OpenSSL, which accepts small-order keys and their forged signatures.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from webauthn import verify_authentication_response
 from webauthn.helpers.exceptions import WebAuthnException
 
 from service.config import Settings
-from service.signing import b64url, b64url_decode
+from service.keys.strength import cose_ed25519_key
+from service.signing import b64url, b64url_decode, verify_bytes
 
 Check = Literal[
     "malformed",
@@ -111,6 +114,7 @@ def verify_assertion(
         raise AssertionRefused("credential", "The assertion was made by another credential.")
     _check_client_data(client_data, challenge_for(signed_bytes), relying_party)
     new_count = _check_authenticator_data(authenticator_data, relying_party, sign_count)
+    _check_eddsa(assertion, public_key, authenticator_data)
     try:
         verified = verify_authentication_response(
             credential={
@@ -152,6 +156,22 @@ def _decoded(assertion: Assertion) -> tuple[bytes, dict[str, object]]:
     if len(authenticator_data) < AUTHENTICATOR_DATA_MIN_BYTES:
         raise AssertionRefused("malformed", "The authenticator data is too short.")
     return authenticator_data, client_data
+
+
+def _check_eddsa(assertion: Assertion, public_key: str, authenticator_data: bytes) -> None:
+    """An EdDSA (OKP) passkey: its key must be strong and its signature strictly valid over
+    ``authenticatorData || SHA-256(clientDataJSON)``; other key types are the library's."""
+    try:
+        ed25519_key = cose_ed25519_key(b64url_decode(public_key))
+    except ValueError as exc:
+        raise AssertionRefused(
+            "signature", f"The passkey's public key is refused: {exc}."
+        ) from None
+    if ed25519_key is None:
+        return
+    signed = authenticator_data + hashlib.sha256(b64url_decode(assertion.client_data_json)).digest()
+    if not verify_bytes(ed25519_key, signed, b64url_decode(assertion.signature)):
+        raise AssertionRefused("signature", "The assertion's EdDSA signature does not verify.")
 
 
 def _check_client_data(

@@ -16,7 +16,7 @@ from sqlmodel import Session
 
 from service.audit import actions as audit
 from service.config import Settings
-from service.errors import invalid_argument, permission_denied
+from service.errors import permission_denied
 from service.keys import actions as keys
 from service.keys import errors, passkeys, repository
 from service.keys.models import CredentialKind, EnrolmentStatus, KeyEnrolment
@@ -27,7 +27,7 @@ from service.keys.schemas import (
     PasskeyRegistrationRequest,
 )
 from service.principal import Principal, Role
-from service.signing import key_id_for, parse_public_key
+from service.signing import key_id_for
 from service.tokens import repository as tokens_repository
 
 
@@ -36,12 +36,7 @@ def enrol_key(
 ) -> EnrolmentInfo:
     """Ask for an Ed25519 public key (made in the approver's browser) to become theirs."""
     principal.require(Role.APPROVER)
-    try:
-        parse_public_key(request.public_key)
-    except ValueError as exc:
-        raise invalid_argument(f"Not a usable Ed25519 public key: {exc}.") from None
-    if repository.by_public_key(session, request.public_key) is not None:
-        raise errors.key_already_registered()
+    keys.check_new_key(session, request.public_key)
     return _create(
         session,
         principal,

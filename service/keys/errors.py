@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from service.errors import Category, DomainError, ErrorCode
+from service.signing import WEAK_KEY_REASON
 
 KEY_UNAVAILABLE = ErrorCode(
     "KEY_UNAVAILABLE",
@@ -17,6 +18,17 @@ KEY_ALREADY_REGISTERED = ErrorCode(
     "Generate a new key pair for each approver and purpose.",
 )
 
+WEAK_PUBLIC_KEY = ErrorCode(
+    "WEAK_PUBLIC_KEY",
+    Category.INVALID_ARGUMENT,
+    "The public key is not a strong Ed25519 key: a small-order point (such as the "
+    "identity), a point with a small-order component, or a non-canonical encoding. Under such "
+    "a key signatures can be forged without any private key, so it is never registered, "
+    "enrolled or counted.",
+    "Generate a new key pair with a standard Ed25519 generator (draftgate keys generate, the "
+    "console, a passkey) and register or enrol its public key; an admin revokes the weak one.",
+)
+
 
 def key_unavailable(key_id: str) -> DomainError:
     return KEY_UNAVAILABLE(f"No key {key_id} in this tenant.")
@@ -24,6 +36,11 @@ def key_unavailable(key_id: str) -> DomainError:
 
 def key_already_registered() -> DomainError:
     return KEY_ALREADY_REGISTERED("This public key is already registered.")
+
+
+def weak_public_key(what: str = "This public key", reason: str = WEAK_KEY_REASON) -> DomainError:
+    """``what`` (a key or passkey, in words) is refused, and why, for the person who sent it."""
+    return WEAK_PUBLIC_KEY(f"{what} is refused: {reason}.")
 
 
 PASSKEY_UNAVAILABLE = ErrorCode(

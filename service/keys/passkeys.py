@@ -29,7 +29,7 @@ from webauthn.helpers.structs import (
 
 from service.audit import actions as audit
 from service.config import Settings
-from service.keys import errors, repository
+from service.keys import errors, repository, strength
 from service.keys.assertions import relying_party
 from service.keys.models import ApproverPasskey, KeyEnrolment, WebAuthnChallenge
 from service.keys.schemas import PasskeyInfo, RegistrationOptions
@@ -133,6 +133,9 @@ def verify_registration(
     except Exception as exc:  # the library parses caller-shaped JSON and CBOR: any failure
         # of it is a refusal of this registration, never a server error
         raise errors.passkey_registration_invalid(f"{_short(exc)}.") from None
+    weakness = strength.cose_key_problem(verified.credential_public_key)
+    if weakness is not None:  # an EdDSA passkey must hold a strong Ed25519 key
+        raise errors.weak_public_key("This passkey's public key", weakness)
     return {
         "credential_id": b64url(verified.credential_id),
         "public_key": b64url(verified.credential_public_key),

@@ -51,6 +51,13 @@ def by_ids(session: Session, tenant: str, key_ids: set[str]) -> dict[str, Creden
     return found
 
 
+def active_credentials(session: Session) -> list[Credential]:
+    """Every unrevoked key and passkey of every tenant (what ``draftgate doctor`` inspects)."""
+    keys = select(ApproverKey).where(col(ApproverKey.revoked_at).is_(None))
+    passkeys = select(ApproverPasskey).where(col(ApproverPasskey.revoked_at).is_(None))
+    return [*session.exec(keys).all(), *session.exec(passkeys).all()]
+
+
 # --- passkeys -------------------------------------------------------------------------------
 
 

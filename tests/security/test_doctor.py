@@ -23,12 +23,21 @@ from service.audit import checkpoints
 from service.db import make_engine, session_scope
 from service.errors import DomainError
 from service.health import readiness
+from service.keys import actions as keys
+from service.keys.models import ApproverKey
 from service.migrate import upgrade
-from service.signing import generate_private_key, public_key_b64
+from service.signing import generate_private_key, key_id_for, public_key_b64
 from service.sql import utcnow
 from tests.support import cli
 
-EVERY_CHECK = ["database", "schema", "broker", "checkpoint_key", "audit_checkpoints"]
+EVERY_CHECK = [
+    "database",
+    "schema",
+    "broker",
+    "checkpoint_key",
+    "audit_checkpoints",
+    "approver_keys",
+]
 
 
 @pytest.fixture
@@ -102,7 +111,7 @@ def test_each_component_is_checked_for_what_it_needs(runtime):
     # No checkpoint key here: only the component that signs (the worker) needs one.
     pinned = public_key_b64(generate_private_key())
     needs = {
-        "api": ["database", "schema", "broker", "audit_checkpoints"],
+        "api": ["database", "schema", "broker", "audit_checkpoints", "approver_keys"],
         "mcp": ["database", "schema", "audit_checkpoints"],
         "beat": ["database", "schema", "broker", "audit_checkpoints"],
     }
@@ -139,6 +148,7 @@ def test_a_missing_checkpoint_key_is_reported_and_fails(runtime):
         "database",
         "schema",
         "broker",
+        "approver_keys",
     ]
 
 
@@ -146,7 +156,7 @@ def test_the_table_says_how_many_checks_failed(runtime):
     result = doctor(runtime)
 
     assert result.exit_code == 1
-    assert result.stdout.splitlines()[-1] == "2 of 5 checks failed"
+    assert result.stdout.splitlines()[-1] == "2 of 6 checks failed"
 
 
 @pytest.mark.parametrize("damage", ["garbage", "public-key-only", "encrypted"])
@@ -353,6 +363,52 @@ def test_stale_checkpoints_are_reported_until_the_log_is_checkpointed(runtime):
             "component": "beat",
             "checks": dict.fromkeys(["database", "schema", "broker", "audit_checkpoints"], "ok"),
         },
+    )
+
+
+# --- approver keys -------------------------------------------------------------------------------
+
+
+def test_a_weak_approver_key_in_the_database_is_named_as_a_failed_check(runtime):
+    """Issue 17: a small-order key written straight into the database never counts, and the
+    operator is told which one it is (regression: there was no such check)."""
+    with_key(runtime)
+    identity = "AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+    with session_scope(runtime.engine) as session:
+        session.add(
+            ApproverKey(
+                key_id=key_id_for(identity),
+                tenant="demo",
+                approver="alice",
+                public_key=identity,
+                created_at=utcnow(),
+            )
+        )
+
+    code, report = doctor_json(runtime, "--component", "api")
+
+    assert code == 1
+    status = report["checks"]["approver_keys"]
+    assert status.startswith("weak: 1 active credential(s) hold a weak public key")
+    assert f"demo/{key_id_for(identity)} of alice" in status
+    assert "draftgate keys revoke" in status
+    assert [name for name, check in report["checks"].items() if check != "ok"] == ["approver_keys"]
+
+    with session_scope(runtime.engine) as session:
+        keys.revoke(session, tenant="demo", key_id=key_id_for(identity), actor="operator:test")
+    assert doctor_json(runtime, "--component", "api")[1]["checks"]["approver_keys"] == "ok"
+
+
+def test_a_weak_pinned_checkpoint_public_key_is_named(runtime):
+    with_key(runtime)
+    weak = {"DRAFTGATE_CHECKPOINT_PUBLIC_KEY": "AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}
+
+    code, report = doctor_json(runtime, "--component", "worker", **weak)
+
+    assert code == 1
+    assert report["checks"]["checkpoint_key"].startswith(
+        "invalid: DRAFTGATE_CHECKPOINT_PUBLIC_KEY is not a usable Ed25519 key: it is not the "
+        "canonical encoding of a point of Ed25519's prime-order subgroup"
     )
 
 
