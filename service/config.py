@@ -237,6 +237,12 @@ class Settings(BaseSettings):
     # The lowest level logged (DEBUG, INFO, WARNING, ERROR); SQL statements are never logged.
     log_level: str = Field(default="INFO", pattern=r"(?i)^(debug|info|warning|error|critical)$")
 
+    def execution_soft_time_limit(self) -> float:
+        """The execution task's soft time limit, in seconds: below the lease, so a stuck
+        attempt ends (and is retried) before another delivery could take it over. The
+        gateway keeps a write's upstream calls inside it (service.gateway.build)."""
+        return self.execution_lease_seconds * 0.8
+
     def resolved_database_url(self) -> str:
         """The configured database URL, or the embedded SQLite file in the state dir."""
         if self.database_url:
