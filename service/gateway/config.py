@@ -39,9 +39,6 @@ class GatewayFile:
     where: Where  # the file itself; ``where / "mcp" / 0`` is its first MCP entry
     entries: tuple[tuple[UpstreamDeclaration, Where], ...]
 
-    def section(self, section: str) -> list[UpstreamDeclaration]:
-        return [entry for entry, _ in self.entries if entry.section == section]
-
     def of(self, model: type[E]) -> list[E]:
         return [entry for entry, _ in self.entries if isinstance(entry, model)]
 
@@ -158,12 +155,15 @@ def _timeout_problems(declared: GatewayFile, wait_budget: float | None) -> Itera
             continue
         longest = max(entry.longest_timeout(wait_budget), 0)
         written = "" if "timeout_seconds" in entry.model_fields_set else " (the default)"
-        calls = f"{entry.calls_per_execution} x " if entry.calls_per_execution > 1 else ""
-        overhead = f" + {entry.call_overhead_seconds:g} s" if entry.call_overhead_seconds else ""
+        formula = "timeout" + (
+            f" + {entry.call_overhead_seconds:g} s" if entry.call_overhead_seconds else ""
+        )
+        if entry.calls_per_execution > 1:
+            formula = f"{entry.calls_per_execution} x ({formula})"
         yield (
             f"{where / 'timeout_seconds'}: {entry.timeout_seconds:g} s{written} does not fit "
             f"an execution: a write waits on this upstream up to {entry.wait_seconds():g} s "
-            f"({calls}(timeout{overhead})), an execution attempt {wait_budget:g} s at most (90% "
+            f"({formula}), an execution attempt {wait_budget:g} s at most (90% "
             "of the task's soft time limit, 0.8 x DRAFTGATE_EXECUTION_LEASE_SECONDS); use at "
             f"most {longest:.4g} s, or raise DRAFTGATE_EXECUTION_LEASE_SECONDS"
         )

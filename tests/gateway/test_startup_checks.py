@@ -27,18 +27,9 @@ from service.gateway.models import GatewayContract
 from service.registry.base import ActionContext, WriteAction
 from service.runtime import build_runtime
 from service.sql import utcnow
-from tests.gateway.upstreams.processes import UpstreamProcess, start_mcp_http
+from tests.gateway.upstreams.processes import UpstreamProcess
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def desk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpstreamProcess]:
-    """The ticket desk for the tests that only read its catalogue (one process for all)."""
-    upstream = start_mcp_http(tmp_path_factory.mktemp("desk"))
-    yield upstream
-    pool().close()  # before the upstream stops: an open stream would keep it waiting
-    upstream.stop()
 
 
 @pytest.fixture
