@@ -98,7 +98,9 @@ class Settings(BaseSettings):
     execution_max_attempts: int = Field(default=5, ge=1, le=50)
     execution_retry_base_seconds: float = Field(default=2.0, gt=0)
     execution_retry_max_seconds: float = Field(default=60.0, gt=0)
-    # A running execution whose worker stopped renewing it for this long is taken over.
+    # A running execution whose worker stopped renewing it for this long is taken over. The
+    # task's soft time limit is 0.8 of it, and a gateway write's upstream waits must fit in
+    # 90% of that (docs/gateway.md, "Timeouts and the execution's time limit").
     execution_lease_seconds: int = Field(default=120, ge=1)
     # Redis redelivers an unacknowledged task after this long (must exceed the longest
     # task run, and every retry countdown, so a live task is never delivered twice).
