@@ -20,7 +20,7 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 from service.canonical import canonical_json, sha256_hex
 from service.config import Settings
 from service.gateway import contracts
-from service.gateway.config import GatewayFile, load_gateway_file
+from service.gateway.config import UPSTREAM_SHARE_OF_TASK_LIMIT, GatewayFile, load_gateway_file
 from service.gateway.errors import GatewayError
 from service.gateway.kinds import Build, GatewayReport, build_entry
 from service.policies.schemas import PolicyConfig
@@ -29,9 +29,6 @@ from service.registry.loader import ActionRegistry, build_registry
 from service.validation import input_schema
 
 logger = logging.getLogger(__name__)
-# Of the execution task's soft time limit, what an attempt may spend waiting on the
-# upstream; the rest is the attempt's own database work (the lock, the checks, the record).
-UPSTREAM_SHARE_OF_TASK_LIMIT = 0.9
 
 
 def wait_budget(settings: Settings) -> float:

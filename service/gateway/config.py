@@ -10,6 +10,7 @@ The format is documented in docs/gateway.md.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -29,6 +30,9 @@ from service.gateway.where import Where, dotted
 MAX_FILE_BYTES = 1_000_000
 MAX_NODES = 100_000  # aliases can make a small file expand without bound
 MAX_DEPTH = 64  # nesting of mappings and lists (a declared input schema nests the most)
+# Of the execution task's soft time limit, what an attempt may spend waiting on an
+# upstream; the rest is the attempt's own database work (the lock, the checks, the record).
+UPSTREAM_SHARE_OF_TASK_LIMIT = 0.9
 E = TypeVar("E", bound=UpstreamDeclaration)
 
 
@@ -153,7 +157,7 @@ def _timeout_problems(declared: GatewayFile, wait_budget: float | None) -> Itera
         writes = any(tool.kind == "write" for tool in entry.declared().values())
         if not writes or entry.wait_seconds() <= wait_budget:
             continue
-        longest = max(entry.longest_timeout(wait_budget), 0)
+        longest = max(math.floor(entry.longest_timeout(wait_budget) * 10) / 10, 0)
         written = "" if "timeout_seconds" in entry.model_fields_set else " (the default)"
         formula = "timeout" + (
             f" + {entry.call_overhead_seconds:g} s" if entry.call_overhead_seconds else ""
@@ -163,9 +167,10 @@ def _timeout_problems(declared: GatewayFile, wait_budget: float | None) -> Itera
         yield (
             f"{where / 'timeout_seconds'}: {entry.timeout_seconds:g} s{written} does not fit "
             f"an execution: a write waits on this upstream up to {entry.wait_seconds():g} s "
-            f"({formula}), an execution attempt {wait_budget:g} s at most (90% "
-            "of the task's soft time limit, 0.8 x DRAFTGATE_EXECUTION_LEASE_SECONDS); use at "
-            f"most {longest:.4g} s, or raise DRAFTGATE_EXECUTION_LEASE_SECONDS"
+            f"({formula}), an execution attempt {wait_budget:g} s at most "
+            f"({UPSTREAM_SHARE_OF_TASK_LIMIT:.0%} of the task's soft time limit, 0.8 x "
+            f"DRAFTGATE_EXECUTION_LEASE_SECONDS); use at most {longest:g} s, or raise "
+            "DRAFTGATE_EXECUTION_LEASE_SECONDS"
         )
 
 
