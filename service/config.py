@@ -98,7 +98,9 @@ class Settings(BaseSettings):
     execution_max_attempts: int = Field(default=5, ge=1, le=50)
     execution_retry_base_seconds: float = Field(default=2.0, gt=0)
     execution_retry_max_seconds: float = Field(default=60.0, gt=0)
-    # A running execution whose worker stopped renewing it for this long is taken over.
+    # A running execution whose worker stopped renewing it for this long is taken over. The
+    # task's soft time limit is 0.8 of it, and a gateway write's upstream waits must fit in
+    # 90% of that (docs/gateway.md, "Timeouts and the execution's time limit").
     execution_lease_seconds: int = Field(default=120, ge=1)
     # Redis redelivers an unacknowledged task after this long (must exceed the longest
     # task run, and every retry countdown, so a live task is never delivered twice).
@@ -236,6 +238,12 @@ class Settings(BaseSettings):
     log_format: Literal["json", "console"] = "json"
     # The lowest level logged (DEBUG, INFO, WARNING, ERROR); SQL statements are never logged.
     log_level: str = Field(default="INFO", pattern=r"(?i)^(debug|info|warning|error|critical)$")
+
+    def execution_soft_time_limit(self) -> float:
+        """The execution task's soft time limit, in seconds: below the lease, so a stuck
+        attempt ends (and is retried) before another delivery could take it over. The
+        gateway keeps a write's upstream calls inside it (service.gateway.build)."""
+        return self.execution_lease_seconds * 0.8
 
     def resolved_database_url(self) -> str:
         """The configured database URL, or the embedded SQLite file in the state dir."""

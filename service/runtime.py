@@ -34,7 +34,7 @@ def build_runtime(settings: Settings, *, engine: Engine | None = None) -> Runtim
     if settings.gateway_file is not None:  # declared upstream tools join the registry
         from service.gateway.build import join_gateway  # only then: it reads YAML, dials out
 
-        registry = join_gateway(registry, settings.gateway_file, policies, engine)
+        registry = join_gateway(registry, settings, policies, engine)
     unknown = sorted(set(policies) - set(registry.writes))
     if unknown:
         # A misspelt policy name would silently leave its action on the default policy.

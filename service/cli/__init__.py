@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -121,4 +122,17 @@ def _root() -> None:
 
 
 def main() -> None:
-    app()
+    """The ``draftgate`` command. A gateway file that cannot be served stops any command
+    that reads it (``serve *``, ``dev``) here, in one place: its problems, one line each
+    (``<file>:<line>: <path>: <problem>``), on stderr, and exit status 2 (a usage error,
+    as for a bad option), never a traceback."""
+    from service.gateway.errors import GatewayError
+
+    try:
+        app()
+    except GatewayError as refused:
+        from service.text import inert
+
+        for problem in refused.problems:
+            sys.stderr.write(inert(problem) + "\n")
+        raise SystemExit(2) from None

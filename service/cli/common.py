@@ -17,7 +17,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 from sqlmodel import Session
 
-from service.config import get_settings
+from service.config import Settings, get_settings
 from service.db import session_scope
 from service.errors import DomainError
 from service.runtime import Runtime, build_runtime
@@ -47,6 +47,18 @@ def runtime() -> Iterator[Runtime]:
         fail(error)
     finally:
         rt.engine.dispose()
+
+
+def check_runtime(settings: Settings) -> None:
+    """Build the runtime once, and let it go. For a command that hands the start to another
+    program (Celery, the children of ``dev``): a bad configuration stops it here, in its
+    own process, where ``service.cli.main`` refuses a gateway file's problems with one line
+    each and exit 2, instead of in a Celery signal handler that only logs the error."""
+    from service.gateway.mcp import close_upstreams
+
+    built = build_runtime(settings)
+    built.engine.dispose()
+    close_upstreams()  # the processes that serve open their own, after any fork
 
 
 def as_operator(work: Callable[[Session], T]) -> T:

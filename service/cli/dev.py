@@ -23,6 +23,7 @@ from typing import Annotated
 import typer
 
 from service.audit.checkpoints import ensure_key
+from service.cli.common import check_runtime
 from service.config import DEFAULT_STATE_DIR, Settings
 from service.db import session_scope
 from service.demo import seed_demo, write_manifest
@@ -64,6 +65,7 @@ def dev(
     log_dir = state_dir / "logs"
 
     upgrade(settings.resolved_database_url())
+    check_runtime(settings)  # a bad gateway file stops dev here, not in its children
     checkpoint_key = ensure_key(settings.resolved_checkpoint_key_file())
     manifest = _load_or_seed(settings, manifest_path, api_url=api_url, mcp_url=mcp_url)
     write_manifest(manifest, manifest_path)

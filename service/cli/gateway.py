@@ -10,9 +10,11 @@ import typer
 from service.cli.common import JsonOption, echo, fail, print_json, print_table
 from service.cli.gateway_openapi import import_openapi
 from service.config import get_settings
-from service.gateway.build import GatewayReport, build_gateway
+from service.gateway.build import build_gateway, wait_budget
 from service.gateway.errors import GatewayError
-from service.registry.base import WriteAction
+from service.gateway.kinds import GatewayReport
+from service.gateway.mcp import close_upstreams
+from service.registry.loader import exposed_name
 
 app = typer.Typer(
     help="Check the gateway file against its upstreams, and re-read their catalogues.",
@@ -43,28 +45,20 @@ def _build(file: Path | None, *, record: bool) -> GatewayReport:
             policies=load_policies(settings.policies),
             engine=engine,
             refresh=True,
+            budget=wait_budget(settings),
         )
-    except GatewayError as exc:
-        fail(str(exc))
+    except GatewayError as exc:  # the file alone is wrong: its problems, as the build's
+        return GatewayReport(problems=exc.problems)
     finally:
         if engine is not None:
             engine.dispose()
-        _close_upstreams()
-
-
-def _close_upstreams() -> None:
-    import sys
-
-    if "service.gateway.mcp_client" in sys.modules:  # stdio upstreams: let the children exit
-        from service.gateway.mcp_client import pool
-
-        pool().close()
+        close_upstreams()  # stdio upstreams: let the children exit
 
 
 def _show(report: GatewayReport, *, as_json: bool) -> None:
     tools = [
         {
-            "tool": f"propose_{action.name}" if isinstance(action, WriteAction) else action.name,
+            "tool": exposed_name(action),
             "kind": action.kind,
             "contract_version": report.versions.get(action.name, action.contract_version),
         }

@@ -112,11 +112,13 @@ def serve_worker(
     loglevel: Annotated[str | None, typer.Option(help="Log level (DRAFTGATE_LOG_LEVEL).")] = None,
 ) -> None:
     """The Celery worker that executes approved drafts."""
+    from service.cli.common import check_runtime
     from workers.app import celery_app
 
     settings = get_settings()
     level = loglevel or settings.log_level
     _configure_logs(level)  # now: Celery warns before its setup_logging (workers.app) runs
+    check_runtime(settings)
     args = [*_banner(), "worker", f"--loglevel={level}", "--without-gossip", "--without-mingle"]
     if settings.resolved_broker_url().startswith("sqla+"):
         # kombu's SQLAlchemy transport misbehaves under prefork (a lost child takes the
@@ -134,12 +136,14 @@ def serve_beat(
     loglevel: Annotated[str | None, typer.Option(help="Log level (DRAFTGATE_LOG_LEVEL).")] = None,
 ) -> None:
     """The scheduler that runs the sweeper (re-publish lost executions, expire drafts)."""
+    from service.cli.common import check_runtime
     from workers.app import celery_app
 
     settings = get_settings()
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     level = loglevel or settings.log_level
     _configure_logs(level)
+    check_runtime(settings)  # beat runs no execution, but refuses what the others refuse
     celery_app.start([*_banner(), "beat", f"--loglevel={level}"])
 
 

@@ -34,9 +34,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # exiting on a Celery 5.7 clean-up error (see workers/consumer.py). A path, not an
         # import: this module stays free of Celery.
         "worker_consumer": "workers.consumer:BrokerLossTolerantConsumer",
-        # Below the lease, so a stuck attempt ends (and is retried) before another delivery
-        # could take it over. Enforced by the prefork pool; the embedded solo pool has none.
-        "task_soft_time_limit": settings.execution_lease_seconds * 0.8,
+        # Below the lease (Settings.execution_soft_time_limit). Enforced by the prefork
+        # pool; the embedded solo pool has none.
+        "task_soft_time_limit": settings.execution_soft_time_limit(),
         "task_time_limit": settings.execution_lease_seconds * 0.9,
         "task_ignore_result": True,
         "task_serializer": "json",

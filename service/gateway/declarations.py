@@ -1,31 +1,35 @@
-"""What every gateway action declares, whatever is behind it (an MCP tool, an HTTP call).
+"""What every entry of the gateway file declares, whatever kind of upstream is behind it.
 
-The pieces shared by ``mcp:`` and ``http:`` entries of the gateway file: secret references,
-the write declaration (summary template, risk, where the money is, the idempotency
-argument, the contract version), masking paths, and the preview a write's ``validate``
-derives from them.
+The models every kind builds on: ``UpstreamDeclaration`` (one entry: its namespace, its
+timeout, its declared tools) and ``ToolDeclaration`` (one tool: read or write, and for a
+write the summary template, risk, money path and contract version); the values they use
+(secret references, money paths, URLs); and ``WriteContract``, a write declaration checked
+against its input model, which renders the preview a write's ``validate`` returns.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
+from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from service.errors import invalid_argument
 from service.gateway.errors import GatewayError
+from service.gateway.naming import NAMESPACE_PATTERN, namespace_problem
+from service.gateway.paths import lookup, parse_path
 from service.gateway.templates import Placeholder, Template, parse_template
-from service.masking import mask_text
+from service.gateway.where import Where
 from service.money import MAX_AMOUNT_MINOR, Money, currency_exponent
 from service.registry.base import Preview, Risk
 
-NAMESPACE_PATTERN = r"^[a-z][a-z0-9]{1,20}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
-_PATH_SEGMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_-]{0,63})((?:\[(?:\*|\d{1,4})\])*)")
 _CURRENCY_CODE = re.compile(r"[A-Z]{3}")
 
 
@@ -72,15 +76,15 @@ class SecretRef(Declared):
 Value = str | SecretRef
 
 
-def resolve_values(values: dict[str, Value], *, where: str) -> dict[str, str]:
+def resolve_values(values: Mapping[str, Value], *, where: Where) -> dict[str, str]:
     """Literal values as written, references resolved (header or environment maps)."""
     return {
-        name: value.resolve(where=f"{where}.{name}") if isinstance(value, SecretRef) else value
+        name: value.resolve(where=str(where / name)) if isinstance(value, SecretRef) else value
         for name, value in values.items()
     }
 
 
-def declared_values(values: dict[str, Value]) -> dict[str, Any]:
+def declared_values(values: Mapping[str, Value]) -> dict[str, Any]:
     """Values as the file declares them, for a fingerprint: literals as written, secrets as
     their reference (env or file name and prefix), never resolved."""
     return {
@@ -163,15 +167,44 @@ def _minor(raw: Any, exponent: int, path: str) -> Any:
     return int(minor)
 
 
-class WriteDeclaration(Declared):
-    """The part of a write that is the same for every kind of upstream."""
+def check_url(url: str) -> None:
+    """https anywhere, plain http only to this machine (a token must not cross a network
+    in the clear). ValueError otherwise."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{url!r} is not an http(s) URL")
+    if parts.username or parts.password:
+        raise ValueError("a URL carries no credentials; use headers with a secret reference")
+    if parts.scheme == "http" and not _loopback(parts.hostname):
+        raise ValueError("plain http is allowed only to a loopback address; use https")
 
-    summary: str = Field(min_length=1, max_length=500)
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class ToolDeclaration(Declared):
+    """One declared tool of an upstream, whatever the kind: what is shared by all of them.
+
+    A kind subclasses it with what its tools add (an MCP tool's idempotency argument, an
+    HTTP action's request); ``write_only`` names the keys a read may not have.
+    """
+
+    write_only: ClassVar[tuple[str, ...]] = ("summary", "money")
+
+    kind: Literal["read", "write"]
+    title: str | None = Field(default=None, min_length=1, max_length=200)
+    description: str | None = Field(default=None, min_length=1, max_length=4000)
+    mask: list[str] = Field(default_factory=list, max_length=100)
+    # write only: what the approver reads and signs over, and what policies judge
+    summary: str | None = Field(default=None, min_length=1, max_length=500)
     risk: Risk = Risk.MEDIUM
     money: MoneyPath | None = None
-    idempotency_argument: str | None = Field(
-        default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
-    )
     contract_version: int = Field(default=1, ge=1, le=1_000_000)
 
     @field_validator("risk", mode="before")
@@ -179,67 +212,86 @@ class WriteDeclaration(Declared):
     def _risk(cls, value: Any) -> Any:
         return Risk(value) if value in {r.value for r in Risk} else value
 
+    @field_validator("mask")
+    @classmethod
+    def _mask_paths(cls, paths: list[str]) -> list[str]:
+        for path in paths:
+            parse_path(path)
+        return paths
 
-def parse_path(text: str, *, wildcards: bool = True) -> tuple[str | int, ...]:
-    """``entities[*].observations`` → ``("entities", "*", "observations")``; ValueError if
-    it is no path (names, dots, ``[n]`` and, where allowed, ``[*]``)."""
-    segments: list[str | int] = []
-    for part in text.split("."):
-        match = _PATH_SEGMENT.fullmatch(part)
-        if match is None:
-            raise ValueError(f"{text!r} is not a path (names, dots, [n] and [*])")
-        segments.append(match.group(1))
-        for index in re.findall(r"\[(\*|\d+)\]", match.group(2)):
-            if index == "*" and not wildcards:
-                raise ValueError(f"{text!r}: [*] is not allowed here")
-            segments.append(index if index == "*" else int(index))
-    return tuple(segments)
+    @model_validator(mode="after")
+    def _by_kind(self) -> ToolDeclaration:
+        if self.kind == "write" and self.summary is None:
+            raise ValueError("a write needs a summary template (what the approver reads)")
+        written = [name for name in self.write_only if getattr(self, name) is not None]
+        if self.kind == "read" and written:
+            raise ValueError(f"a read takes no {', '.join(written)}")
+        return self
 
+    def idempotency_target(self) -> str | None:
+        """The upstream argument that receives ``<draft_id>:<revision>``, if any."""
+        return None
 
-def lookup(data: Any, path: tuple[str | int, ...]) -> Any:
-    """The value at a wildcard-free path, or None."""
-    node = data
-    for segment in path:
-        if isinstance(segment, int):
-            node = node[segment] if isinstance(node, list) and segment < len(node) else None
-        else:
-            node = node.get(segment) if isinstance(node, dict) else None
-        if node is None:
-            return None
-    return node
-
-
-def masked(data: Any, paths: list[str]) -> Any:
-    """``data`` with the value at every path masked like PII (``***``); absent paths are fine."""
-    for path in paths:
-        data = _mask(data, parse_path(path))
-    return data
+    def terms(self) -> dict[str, Any]:
+        """What a write means beyond its input schema (part of its contract's digest)."""
+        return {
+            "summary": self.summary,
+            "risk": self.risk.value,
+            "money": None if self.money is None else self.money.model_dump(mode="json"),
+            "idempotency_argument": self.idempotency_target(),
+            "contract_version": self.contract_version,
+        }
 
 
-def _mask(node: Any, path: tuple[str | int, ...]) -> Any:
-    if not path:
-        if isinstance(node, list):
-            return [_mask(item, ()) for item in node]
-        if isinstance(node, dict):
-            return {key: _mask(value, ()) for key, value in node.items()}
-        return mask_text(node) if isinstance(node, str) else ("***" if node is not None else None)
-    head, rest = path[0], path[1:]
-    if head == "*" and isinstance(node, list):
-        return [_mask(item, rest) for item in node]
-    if isinstance(head, int) and isinstance(node, list) and head < len(node):
-        return [_mask(item, rest) if i == head else item for i, item in enumerate(node)]
-    if isinstance(head, str) and head != "*" and isinstance(node, dict) and head in node:
-        return {key: _mask(value, rest) if key == head else value for key, value in node.items()}
-    return node
+class UpstreamDeclaration(Declared):
+    """One entry of the gateway file: an upstream, its namespace, its declared tools.
+
+    A kind's model sets ``section`` (the file's key it is listed under), ``tools_key`` (its
+    field of declared tools) and, when a section holds several kinds, ``discriminator``
+    (the field whose literal value tells them apart: ``transport``). ``calls_per_execution``
+    and ``call_overhead_seconds`` say how long an execution attempt may wait on it.
+    """
+
+    section: ClassVar[str]
+    tools_key: ClassVar[str]
+    discriminator: ClassVar[str | None] = None
+    calls_per_execution: ClassVar[int] = 1
+    call_overhead_seconds: ClassVar[float] = 0.0
+
+    namespace: str = Field(pattern=NAMESPACE_PATTERN)
+    timeout_seconds: float = Field(default=10, gt=0, le=300)
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, namespace: str) -> str:
+        problem = namespace_problem(namespace)
+        if problem is not None:
+            raise ValueError(problem)
+        return namespace
+
+    def declared(self) -> Mapping[str, ToolDeclaration]:
+        """The declared tools by the upstream's own names."""
+        tools: Mapping[str, ToolDeclaration] = getattr(self, self.tools_key)
+        return tools
+
+    def wait_seconds(self, timeout_seconds: float | None = None) -> float:
+        """The longest one execution attempt waits on this upstream (with this timeout)."""
+        timeout = self.timeout_seconds if timeout_seconds is None else timeout_seconds
+        return self.calls_per_execution * (timeout + self.call_overhead_seconds)
+
+    def longest_timeout(self, wait_budget: float) -> float:
+        """The largest timeout_seconds whose wait fits ``wait_budget``."""
+        return wait_budget / self.calls_per_execution - self.call_overhead_seconds
 
 
 class WriteContract:
     """A write declaration checked against its input model: renders the preview."""
 
-    def __init__(self, declaration: WriteDeclaration, model: type[BaseModel], *, where: str):
+    def __init__(self, declaration: ToolDeclaration, model: type[BaseModel], *, where: Where):
+        assert declaration.summary is not None  # a write's (ToolDeclaration._by_kind)
         self.declaration = declaration
         self.template: Template = parse_template(
-            declaration.summary, model, where=f"{where}.summary"
+            declaration.summary, model, where=str(where / "summary")
         )
         self.money = declaration.money
         if self.money is not None:
@@ -251,10 +303,10 @@ class WriteContract:
                 if _CURRENCY_CODE.fullmatch(path) and path == self.money.currency:
                     continue
                 if parse_path(path, wildcards=False)[0] not in properties:
-                    raise GatewayError(f"{where}.money: the input has no field {path!r}")
-        self._same_money(where)
+                    raise (where / "money").error(f"the input has no field {path!r}")
+        self._same_money(where / "summary")
 
-    def _same_money(self, where: str) -> None:
+    def _same_money(self, where: Where) -> None:
         """A ``|money`` amount in the summary is the declared one: policies judge ``money:``
         and approvers read the summary, so the two must be the same amount in one currency."""
         for part in self.template.parts:
@@ -262,9 +314,9 @@ class WriteContract:
                 continue
             money = self.money
             if money is None or money.amount_minor is None:
-                raise GatewayError(
-                    f"{where}.summary: a |money placeholder needs money: {{amount_minor: ..., "
-                    "currency: ...}} naming the same amount, so policies judge what is shown"
+                raise where.error(
+                    "a |money placeholder needs money: {amount_minor: ..., currency: ...} "
+                    "naming the same amount, so policies judge what is shown"
                 )
             currency = money.currency
             same_currency = (
@@ -273,9 +325,9 @@ class WriteContract:
                 else part.currency_path == parse_path(currency, wildcards=False)
             )
             if part.path != parse_path(money.amount_minor, wildcards=False) or not same_currency:
-                raise GatewayError(
-                    f"{where}.summary: a |money placeholder shows another amount or currency "
-                    f"than money: declares (use {{{money.amount_minor}|money:{currency}}})"
+                raise where.error(
+                    "a |money placeholder shows another amount or currency than money: "
+                    f"declares (use {{{money.amount_minor}|money:{currency}}})"
                 )
 
     def amount_of(self, params: dict[str, Any]) -> Money | None:

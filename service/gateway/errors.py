@@ -7,9 +7,16 @@ from service.text import inert
 
 
 class GatewayError(RuntimeError):
-    """The gateway file (or an upstream's catalogue) cannot be served; the message names
-    the file, line or upstream, and the problem. Raised at start-up and by
-    ``draftgate gateway check``, never to an agent."""
+    """The gateway file (or an upstream's catalogue) cannot be served. Raised at start-up
+    and by ``draftgate gateway check``, never to an agent.
+
+    ``problems`` are its lines, each ``<file>:<line>: <path>: <problem>``; the command line
+    prints them as they are and exits 2 (``service.cli.main``).
+    """
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = list(problems)
 
 
 UPSTREAM_UNAVAILABLE = ErrorCode(

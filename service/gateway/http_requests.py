@@ -26,7 +26,6 @@ import httpx
 MAX_RESPONSE_BYTES = 1024 * 1024  # an answer larger than this is not relayed or recorded
 USER_AGENT = "draftgate-gateway"
 HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,63}")
-ACTION_NAME = re.compile(r"[a-z][a-z0-9_]{0,40}")
 
 # "{name}" or "{a.b}" fills in an argument; "{{" and "}}" are literal braces.
 TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")

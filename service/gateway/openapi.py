@@ -20,14 +20,14 @@ from urllib.parse import urljoin, urlsplit
 
 import yaml
 
+from service.gateway import naming
 from service.gateway.errors import GatewayError
-from service.gateway.http import http_actions
 from service.gateway.openapi_schemas import Resolver, leaves, plain, schema_type
+from service.registry.loader import MAX_ACTION_NAME
 from service.text import is_unsafe
 
 Kind = Literal["read", "write"]
 METHODS = ("get", "put", "post", "delete", "patch")
-MAX_ACTION_NAME = 48  # the registry's bound on <namespace>_<key>
 IDEMPOTENCY_HEADER = "idempotency-key"  # draftgate sends it on every execute
 PERSONAL = re.compile(
     r"(e_?mail|phone|address|street|postcode|zip|birth|ssn|iban|card"
@@ -120,12 +120,11 @@ def _base_url(document: Mapping[str, Any], source_url: str | None) -> str:
 
 
 def _action_keys(namespace: str, operation_ids: list[str]) -> dict[str, str]:
-    """Snake-case keys that fit ``<namespace>_<key>`` within the registry's bound, unique."""
+    """Snake-case keys whose action names (``service.gateway.naming``) fit and differ."""
     room = MAX_ACTION_NAME - len(namespace) - 1
     keys: dict[str, str] = {}
     for operation_id in operation_ids:
-        key = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", operation_id).lower()
-        key = re.sub(r"[^a-z0-9]+", "_", key).strip("_")
+        key = re.sub(r"[^a-z0-9]+", "_", naming.mapped(operation_id)).strip("_")
         key = re.sub(r"^[0-9_]+", "", key) or "operation"
         key = key[:room].rstrip("_")
         candidate, number = key, 2
@@ -417,10 +416,13 @@ def _scalar(text: str) -> str:
 def _check(text: str) -> None:
     """Load what was written as the gateway will, so a schema it refuses fails the import
     here, naming the action, rather than at the operator's first start."""
-    from service.gateway.config import parse_gateway_text  # config imports http, then this
+    from service.gateway.build import build_declared  # the kinds' modules: only when used
+    from service.gateway.config import parse_gateway_text
 
     generated = parse_gateway_text(text, name="the generated declaration")
-    if generated.mcp:  # only http: is written; anything else came from the document's text
+    if any(entry.section != "http" for entry, _ in generated.entries):
+        # only http: is written; anything else came from the document's text
         raise GatewayError("the generated declaration holds an mcp: entry; it was not written")
-    for service in generated.http:
-        http_actions(service, where="the generated declaration")
+    problems = build_declared(generated).problems
+    if problems:
+        raise GatewayError(*problems)

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from service.errors import invalid_argument
 from service.gateway.errors import GatewayError
+from service.gateway.paths import lookup
 from service.money import currency_exponent, render_amount
 from service.text import inert
 from service.validation import input_schema
@@ -163,26 +164,14 @@ def _schema_at(schema: dict[str, Any], path: tuple[str | int, ...], label: str) 
     return node
 
 
-def _lookup(params: Any, path: tuple[str | int, ...]) -> Any:
-    node = params
-    for segment in path:
-        if isinstance(segment, int):
-            node = node[segment] if isinstance(node, list) and segment < len(node) else None
-        else:
-            node = node.get(segment) if isinstance(node, dict) else None
-        if node is None:
-            return None
-    return node
-
-
 def _render(part: Placeholder, params: dict[str, Any]) -> str:
-    value = _lookup(params, part.path)
+    value = lookup(params, part.path)
     if part.filter == "count":
         return str(len(value)) if isinstance(value, list | dict) else "0"
     if value is None:
         return MISSING
     if part.filter == "money":
-        currency = part.currency_code or _lookup(params, part.currency_path or ())
+        currency = part.currency_code or lookup(params, part.currency_path or ())
         try:
             if not isinstance(currency, str) or not isinstance(value, int):
                 raise ValueError("no amount in a currency")

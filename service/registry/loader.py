@@ -9,9 +9,18 @@ from dataclasses import dataclass, field
 
 from service.registry.base import Action, ReadAction, WriteAction
 
-ACTION_NAME = re.compile(r"[a-z][a-z0-9_]{1,48}")
+MAX_ACTION_NAME = 49  # characters; the tables keep 64, and propose_<name> stays short
+ACTION_NAME = re.compile(rf"[a-z][a-z0-9_]{{1,{MAX_ACTION_NAME - 1}}}")
 # Names the agent-facing catalog uses for itself.
 RESERVED_NAMES = frozenset({"get_draft"})
+# A write is exposed to agents only as a proposal: ``propose_<name>``.
+PROPOSE_PREFIX = "propose_"
+
+
+def exposed_name(action: Action) -> str:
+    """The tool name agents see for an action: a read's own name, ``propose_<name>`` for a
+    write (the only way a write is offered)."""
+    return PROPOSE_PREFIX + action.name if isinstance(action, WriteAction) else action.name
 
 
 class RegistryError(RuntimeError):
@@ -96,7 +105,11 @@ def _check(action: object, label: str, kind: object) -> str | None:
     expected = ReadAction if kind == "read" else WriteAction
     if not isinstance(action, expected):
         return f"action {label!r} declares kind {kind!r} but is not a {expected.__name__}"
-    if not ACTION_NAME.fullmatch(label) or label in RESERVED_NAMES or label.startswith("propose_"):
+    if (
+        not ACTION_NAME.fullmatch(label)
+        or label in RESERVED_NAMES
+        or label.startswith(PROPOSE_PREFIX)
+    ):
         return f"action name {label!r} is not allowed (lower_snake_case, not reserved)"
     for attribute in ("contract_version", "title", "description", "Input"):
         if not hasattr(type(action), attribute):

@@ -17,7 +17,7 @@ from service.drafts.schemas import AgentDraftView
 from service.errors import DomainError
 from service.principal import Principal, Role
 from service.registry.base import ActionContext
-from service.registry.loader import ActionRegistry
+from service.registry.loader import ActionRegistry, exposed_name
 from service.runtime import Runtime
 from service.sql import utcnow
 from service.text import inert
@@ -65,7 +65,7 @@ def _catalog(registry: ActionRegistry) -> dict[str, ToolSpec]:
     ]
     tools += [
         ToolSpec(
-            name=f"propose_{action.name}",
+            name=exposed_name(action),
             title=action.title,
             description=action.description,
             kind=ToolKind.PROPOSE,

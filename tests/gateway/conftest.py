@@ -2,6 +2,8 @@
 
 - ``upstream_mcp_http``: the ticket-desk MCP server in its own process, over streamable
   HTTP (``.mcp_url``), with its ledger (``.ledger``); stopped after the test.
+- ``desk``: the same, one for the module, for tests that only read its catalogue or call
+  its reads.
 - ``upstream_mcp_stdio_command``: the same server as a stdio command line for a gateway
   file (``.command``, ``.args``, ``.env``, ``.gateway_entry(namespace, tools)``), and the
   ledger its children write to.
@@ -26,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from service.gateway.mcp_client import pool
 from tests.gateway.upstreams.processes import (
     HttpService,
     NodeCommand,
@@ -52,6 +55,14 @@ def upstream_mcp_http(
 ) -> Iterator[UpstreamProcess]:
     upstream = start_mcp_http(tmp_path / "upstream-mcp", **upstream_mcp_options)
     yield upstream
+    upstream.stop()
+
+
+@pytest.fixture(scope="module")
+def desk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpstreamProcess]:
+    upstream = start_mcp_http(tmp_path_factory.mktemp("desk"))
+    yield upstream
+    pool().close()  # before the upstream stops: an open stream would keep it waiting
     upstream.stop()
 
 

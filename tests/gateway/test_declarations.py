@@ -10,11 +10,13 @@ import pytest
 
 from service.errors import DomainError
 from service.gateway.config import load_gateway_file, parse_gateway_text
-from service.gateway.declarations import MoneyPath, SecretRef, WriteContract, WriteDeclaration
-from service.gateway.declarations import masked as masked_paths
+from service.gateway.declarations import MoneyPath, SecretRef, WriteContract
 from service.gateway.errors import GatewayError
+from service.gateway.mcp import McpStdio, McpTool
+from service.gateway.paths import masked as masked_paths
 from service.gateway.schema import strict_model
 from service.gateway.templates import parse_template
+from service.gateway.where import Where
 from service.validation import input_schema, parse
 
 CREDIT = {
@@ -210,12 +212,13 @@ def test_a_bad_template_is_a_startup_error_naming_it(source, named):
 def test_money_paths_give_money_or_refuse_the_draft():
     model = credit_model()
     contract = WriteContract(
-        WriteDeclaration(
+        McpTool(
+            kind="write",
             summary="{amount_cents|money:currency}",
             money=MoneyPath(amount_minor="amount_cents", currency="currency"),
         ),
         model,
-        where="w",
+        where=Where("w"),
     )
     preview = contract.preview({"customer-id": "C-1", "amount_cents": 995, "currency": "USD"})
     assert preview.amount is not None
@@ -231,9 +234,11 @@ def test_money_paths_give_money_or_refuse_the_draft():
         MoneyPath(amount="price", currency="JPY", exponent=2)
     with pytest.raises(GatewayError, match="no field 'missing'"):
         WriteContract(
-            WriteDeclaration(summary="x", money=MoneyPath(amount_minor="missing", currency="EUR")),
+            McpTool(
+                kind="write", summary="x", money=MoneyPath(amount_minor="missing", currency="EUR")
+            ),
             model,
-            where="w",
+            where=Where("w"),
         )
 
 
@@ -269,7 +274,7 @@ def test_a_good_file_loads(tmp_path: Path):
     path = tmp_path / "gateway.yaml"
     path.write_text(GOOD)
     declared = load_gateway_file(path)
-    [memory] = declared.mcp
+    [memory] = declared.of(McpStdio)
     assert memory.tools["create_entities"].risk.value == "low"
     assert memory.env["MEMORY_FILE_PATH"] == SecretRef(env="MEMORY_FILE")
 
@@ -278,7 +283,7 @@ def test_a_good_file_loads(tmp_path: Path):
     ("edit", "expected"),
     [
         (("kind: read, mask", "kind: wrte, mask"), "gw.yaml:9: mcp[0].tools.read_graph.kind:"),
-        (("    command: node\n", ""), "gw.yaml:3: mcp[0]: Value error, a stdio upstream needs"),
+        (("    command: node\n", ""), "gw.yaml:3: mcp[0].command: required"),
         (
             ("risk: low", "risk: low\n        colour: blue"),
             "gw.yaml:14: mcp[0].tools.create_entities.colour: unknown key",
@@ -289,7 +294,7 @@ def test_a_good_file_loads(tmp_path: Path):
         ),
         (
             ('        summary: "Create {entities|count} entities"\n', ""),
-            "gw.yaml:10: mcp[0].tools.create_entities: Value error, a write tool needs a summary",
+            "gw.yaml:10: mcp[0].tools.create_entities: Value error, a write needs a summary",
         ),
         (("version: 1", "version: 2"), "gw.yaml:1: version:"),
         (("namespace: memory", "namespace: Memory!"), "gw.yaml:3: mcp[0].namespace:"),

@@ -39,8 +39,11 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 SLOW_SECONDS = 2.0  # slow_write's wait before it applies: the window the worker is killed in
 FLAKY_FAILURES = 2
 # Short, so a killed attempt is taken over soon; the task's time limits (0.8 and 0.9 of it)
-# must still leave the slow call time to finish.
-LEASE_SECONDS = 8
+# must still leave the slow call time to finish, and the gateway refuses an upstream whose
+# calls do not fit in them: an MCP write waits up to 2 x (timeout + 1 s) = 12 s, at most
+# 90% of the soft limit (0.8 x 17 s).
+LEASE_SECONDS = 17
+TIMEOUT_SECONDS = 5
 MEMORY_TOOLS: dict[str, Any] = {
     "read_graph": {"kind": "read", "mask": ["entities[*].observations"]},
     "search_nodes": {"kind": "read"},
@@ -106,10 +109,10 @@ def gateway_file(upstream_root: Path, desk_http: UpstreamProcess, memory: NodeCo
                 "namespace": "desk",
                 "transport": "http",
                 "url": desk_http.mcp_url,
-                "timeout_seconds": 10,
+                "timeout_seconds": TIMEOUT_SECONDS,
                 "tools": desk_tools(),
             },
-            {**memory.gateway_entry("memory", MEMORY_TOOLS), "timeout_seconds": 10},
+            {**memory.gateway_entry("memory", MEMORY_TOOLS), "timeout_seconds": TIMEOUT_SECONDS},
         ],
     }
     path = upstream_root / "gateway.yaml"

@@ -25,9 +25,10 @@ from starlette.routing import Route
 from service.audit import repository as audit_repository
 from service.db import session_scope
 from service.errors import DomainError
+from service.gateway.build import build_declared
 from service.gateway.config import parse_gateway_text
 from service.gateway.errors import GatewayError
-from service.gateway.http import HttpRead, HttpWrite, http_actions
+from service.gateway.http_actions import HttpRead, HttpWrite
 from service.gateway.http_requests import MAX_RESPONSE_BYTES, prepare
 from service.registry.base import Action
 from tests.gateway.upstreams.processes import HttpService, serve_http_service
@@ -131,12 +132,10 @@ def gateway_text(*entries: dict[str, Any]) -> str:
 
 def actions_of(text: str) -> dict[str, Action]:
     """The actions the gateway builds from this file's text, as it does at start-up."""
-    declared = parse_gateway_text(text, name="gateway.yaml")
-    return {
-        action.name: action
-        for service in declared.http
-        for action in http_actions(service, where="gateway.yaml")
-    }
+    report = build_declared(parse_gateway_text(text, name="gateway.yaml"))
+    if report.problems:
+        raise GatewayError(*report.problems)
+    return {action.name: action for action in report.actions}
 
 
 def read(actions: dict[str, Action], name: str, arguments: dict[str, Any]) -> dict[str, Any]:

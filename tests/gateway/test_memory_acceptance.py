@@ -21,7 +21,6 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from service.approvals.schemas import Decision
 from service.config import Settings
@@ -76,9 +75,7 @@ def memory_server(tmp_path_factory: pytest.TempPathFactory) -> NodeCommand:
 @pytest.fixture(scope="module")
 def gateway_file(tmp_path_factory: pytest.TempPathFactory, memory_server: NodeCommand) -> Path:
     path = tmp_path_factory.mktemp("gateway") / "gateway.yaml"
-    document = {"version": 1, "mcp": [memory_server.gateway_entry("memory", memory_tools())]}
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
-    return path
+    return memory_server.gateway_file(path, "memory", memory_tools())
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from service.gateway.errors import GatewayError
-from service.gateway.http import HttpRead, HttpWrite
+from service.gateway.http_actions import HttpRead, HttpWrite
 from service.gateway.openapi import declaration_text
 from tests.gateway.test_http_actions import actions_of
 from tests.gateway.upstreams.processes import HttpService

@@ -20,14 +20,16 @@ from starlette.routing import Route
 
 from service.canonical import canonical_json
 from service.gateway import schema as schema_module
-from service.gateway.actions import McpReadAction, read_action
 from service.gateway.build import _fingerprint
-from service.gateway.declarations import MoneyPath, WriteContract, WriteDeclaration
+from service.gateway.declarations import MoneyPath, WriteContract
 from service.gateway.errors import GatewayError
+from service.gateway.mcp import McpTool
+from service.gateway.mcp_actions import McpReadAction
 from service.gateway.openapi import declaration_text
 from service.gateway.results import MAX_RESULT_BYTES
 from service.gateway.schema import DEFAULT_MAX_ITEMS, DEFAULT_MAX_LENGTH, strict_model
 from service.gateway.upstream import UpstreamResult, UpstreamSpec
+from service.gateway.where import Where
 from service.registry.base import Action, WriteAction
 from service.validation import StrictInput
 from tests.gateway.test_http_actions import (
@@ -183,16 +185,21 @@ def mcp_read(mask: list[str]) -> McpReadAction:
     class NoArguments(StrictInput):
         pass
 
-    return read_action(
-        upstreams=None,  # type: ignore[arg-type]  # _data never calls the upstream
-        spec=UpstreamSpec(namespace="odd", transport="http", timeout_seconds=1, url="http://x"),
-        tool="look",
-        title="Look",
-        description="Look.",
-        input_model=NoArguments,
-        mask=mask,
-        schema_digest="0" * 64,
-    )
+    attributes = {
+        "name": "odd_look",
+        "kind": "read",
+        "contract_version": 1,
+        "title": "Look",
+        "description": "Look.",
+        "Input": NoArguments,
+        "upstreams": None,  # _data never calls the upstream
+        "spec": UpstreamSpec(namespace="odd", transport="http", timeout_seconds=1, url="http://x"),
+        "tool": "look",
+        "mask": tuple(mask),
+        "schema_sha256": "0" * 64,
+    }
+    action: McpReadAction = type("Read_odd_look", (McpReadAction,), attributes)()
+    return action
 
 
 def test_an_mcp_result_is_made_recordable_and_bounded() -> None:
@@ -446,7 +453,8 @@ TWO_AMOUNTS = {
 
 def contract(summary: str, money: MoneyPath | None) -> WriteContract:
     model = strict_model("t_pay", TWO_AMOUNTS, where="t")
-    return WriteContract(WriteDeclaration(summary=summary, money=money), model, where="t")
+    declaration = McpTool(kind="write", summary=summary, money=money)
+    return WriteContract(declaration, model, where=Where("t"))
 
 
 @pytest.mark.parametrize(
@@ -468,7 +476,7 @@ def contract(summary: str, money: MoneyPath | None) -> WriteContract:
 def test_a_money_placeholder_must_show_the_declared_amount(
     summary: str, money: dict[str, str] | None
 ) -> None:
-    with pytest.raises(GatewayError, match=r"^t\.summary: a \|money placeholder"):
+    with pytest.raises(GatewayError, match=r"^t:1: summary: a \|money placeholder"):
         contract(summary, None if money is None else MoneyPath(**money))
 
 

@@ -27,18 +27,9 @@ from service.gateway.models import GatewayContract
 from service.registry.base import ActionContext, WriteAction
 from service.runtime import build_runtime
 from service.sql import utcnow
-from tests.gateway.upstreams.processes import UpstreamProcess, start_mcp_http
+from tests.gateway.upstreams.processes import UpstreamProcess
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def desk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpstreamProcess]:
-    """The ticket desk for the tests that only read its catalogue (one process for all)."""
-    upstream = start_mcp_http(tmp_path_factory.mktemp("desk"))
-    yield upstream
-    pool().close()  # before the upstream stops: an open stream would keep it waiting
-    upstream.stop()
 
 
 @pytest.fixture
@@ -97,7 +88,7 @@ def test_a_good_file_adds_the_tools_beside_the_shop(desk, sqlite_url, tmp_path):
         (
             {**GOOD_TOOLS, "close_ticket": {"kind": "write", "summary": "Close it"}},
             {},
-            "declared tools the upstream does not have: close_ticket",
+            "gateway.yaml:18: mcp[0].tools.close_ticket: declared, but the upstream has no tool",
         ),
         (
             {**GOOD_TOOLS, "issue_credit": {"kind": "write", "summary": "A credit"}},
@@ -106,13 +97,14 @@ def test_a_good_file_adds_the_tools_beside_the_shop(desk, sqlite_url, tmp_path):
                     "tiers": {"EUR": [{"up_to": "10", "approvals": 1}, {"approvals": 2}]}
                 }
             },
-            "write desk_issue_credit: its policy has amount tiers, but the declaration names "
-            "no money path",
+            "gateway.yaml:12: mcp[0].tools.issue_credit: the policy of desk_issue_credit has "
+            "amount tiers, but the declaration names no money path",
         ),
         (
             {**GOOD_TOOLS, "create_ticket": {"kind": "write", "summary": "Open {titel}"}},
             {},
-            "tools.create_ticket.summary: placeholder {titel}: the input has no field 'titel'",
+            "gateway.yaml:11: mcp[0].tools.create_ticket.summary: placeholder {titel}: the input "
+            "has no field 'titel'",
         ),
         (
             {
@@ -120,7 +112,8 @@ def test_a_good_file_adds_the_tools_beside_the_shop(desk, sqlite_url, tmp_path):
                 "create_ticket": {"kind": "write", "summary": "x", "idempotency_argument": "key"},
             },
             {},
-            "idempotency_argument 'key' is not an argument",
+            "gateway.yaml:12: mcp[0].tools.create_ticket.idempotency_argument: 'key' is not an "
+            "argument",
         ),
     ],
 )
@@ -131,16 +124,18 @@ def test_a_declaration_error_stops_the_start_naming_it(
     settings = settings_for(path, sqlite_url, tmp_path, policies={**DEFAULT_POLICIES, **policies})
     with pytest.raises(GatewayError) as refused:
         build_runtime(settings)
-    assert named in str(refused.value)
-    assert str(path) in str(refused.value) or "write desk_" in str(refused.value)
+    [problem] = refused.value.problems  # every problem is one line naming its own line
+    assert problem.startswith(f"{path.parent}/")
+    assert named in problem
 
 
 def test_names_taken_by_other_actions_are_refused(desk, tmp_path):
     path = write_file(tmp_path, desk.mcp_url, GOOD_TOOLS)
-    report = build_gateway(path, reserved=["desk_get_ticket"])
-    assert report.problems == [
-        "gateway action desk_get_ticket collides with an existing action of that name; "
-        "choose another namespace"
+    with pytest.raises(GatewayError) as refused:
+        build_gateway(path, reserved=["desk_get_ticket"])
+    assert refused.value.problems == [
+        f"{path}:7: mcp[0].tools.get_ticket: it maps to desk_get_ticket, the name of an "
+        "existing action; use another namespace"
     ]
 
 
@@ -163,7 +158,7 @@ def test_check_lists_undeclared_tools_and_fails_on_problems(desk, tmp_path):
     broken = write_file(tmp_path, desk.mcp_url, {"ghost": {"kind": "read"}})
     result = CliRunner().invoke(gateway_cli, ["check", "--file", str(broken)])
     assert result.exit_code == 1
-    assert "declared tools the upstream does not have: ghost" in result.output
+    assert f"problem: {broken}:7: mcp[0].tools.ghost: declared, but the upstream" in result.output
 
 
 def test_a_read_the_upstream_says_writes_is_listed_by_check_and_logged_at_start(
@@ -297,5 +292,9 @@ def test_the_mcp_server_process_refuses_to_start_naming_the_problem(
         timeout=120,
         check=False,
     )
-    assert started.returncode != 0
-    assert "declared tools the upstream does not have: close_ticket" in started.stderr
+    assert started.returncode == 2
+    assert "Traceback" not in started.stderr
+    # The catalogue read is logged before it (INFO, on stderr); the refusal is the last line.
+    assert started.stderr.splitlines()[-1] == (
+        f"{path}:18: mcp[0].tools.close_ticket: declared, but the upstream has no tool of this name"
+    )

@@ -7,7 +7,8 @@ SDK's ``MCPServer`` and run as its own process, the way a team's own MCP server 
 It behaves like a careful downstream system, so the gateway is tested against the real
 protocol and a real dedupe, not a mock:
 
-- reads: ``list_tickets``, ``get_ticket`` (tickets carry a customer email, for masking);
+- reads: ``list_tickets``, ``get_ticket`` (tickets carry a customer email, for masking),
+  ``tickets.count-open`` (named with MCP's ``.`` and ``-``, which action names lack);
 - writes: ``create_ticket``, ``issue_credit`` (money), ``slow_write`` (sleeps before it
   applies), ``flaky_write`` (a JSON-RPC error the first N calls per key), and
   ``rejecting_write`` (a business refusal, ``isError``). Every write dedupes on the
@@ -205,6 +206,15 @@ def _add_reads(server: MCPServer, desk: TicketDesk) -> None:
             if ticket["id"] == ticket_id:
                 return result_of(ticket)
         return refusal(f"Ticket {ticket_id} does not exist.")
+
+    def count_open() -> CallToolResult:
+        """How many tickets are open."""
+        desk.ledger.record_call("tickets.count-open", None, "read")
+        return result_of({"open": sum(t["status"] == "open" for t in desk.tickets())})
+
+    server.add_tool(
+        count_open, name="tickets.count-open", annotations=ToolAnnotations(read_only_hint=True)
+    )
 
 
 def _create_ticket_v1(desk: TicketDesk) -> Any:

@@ -2,8 +2,9 @@
 
 The ticket-desk MCP server (``mcp_server.py``) runs in its own Python process, over
 streamable HTTP on a free port or as a stdio command line a gateway file names; the
-HTTP service (``http_service.py``) under uvicorn in a thread; npm's memory server with
-Node, installed by ``npm ci`` from the committed lock file. Each gets its own ledger.
+HTTP service (``http_service.py``) under uvicorn in a thread; npm's memory and everything
+servers with Node, installed by ``npm ci`` from the committed lock file. Each gets its own
+ledger (the npm servers: a recording tap in front of them).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from tests.gateway.upstreams.ledger import Ledger, read_jsonl
 from tests.support.servers import free_port, serve
@@ -31,6 +33,8 @@ from tests.support.servers import free_port, serve
 ROOT = Path(__file__).resolve().parents[3]
 UPSTREAMS_DIR = Path(__file__).resolve().parent
 MEMORY_SERVER = "@modelcontextprotocol/server-memory"
+EVERYTHING_SERVER = "@modelcontextprotocol/server-everything"
+NPM_SERVERS = (MEMORY_SERVER, EVERYTHING_SERVER)  # tests/gateway/upstreams/package.json
 READY_TIMEOUT_SECONDS = 30
 
 
@@ -114,6 +118,12 @@ class NodeCommand:
             "tools": tools,
         }
 
+    def gateway_file(self, path: Path, namespace: str, tools: dict[str, Any]) -> Path:
+        """A gateway file at ``path`` with this server as its one ``mcp:`` entry."""
+        document = {"version": 1, "mcp": [self.gateway_entry(namespace, tools)]}
+        path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+        return path
+
     def tool_calls(self, tool: str | None = None) -> list[dict[str, Any]]:
         """Every ``tools/call`` request that reached the server (through any process), in
         order: ``{"pid", "message"}`` with the JSON-RPC message as sent."""
@@ -136,7 +146,7 @@ def unavailable(reason: str) -> None:
 def install_npm_upstreams() -> None:
     """``npm ci`` in tests/gateway/upstreams when its node_modules is missing (one test
     process at a time: xdist workers share the directory). ``./run test`` does it first."""
-    if (UPSTREAMS_DIR / "node_modules" / MEMORY_SERVER).is_dir():
+    if _npm_installed():
         return
     npm = shutil.which("npm")
     if npm is None:
@@ -145,7 +155,7 @@ def install_npm_upstreams() -> None:
     lock_path = Path(tempfile.gettempdir()) / "draftgate-gateway-upstreams-npm.lock"
     with lock_path.open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (UPSTREAMS_DIR / "node_modules" / MEMORY_SERVER).is_dir():
+        if not _npm_installed():
             done = subprocess.run(
                 [npm, "ci", "--no-audit", "--no-fund"],
                 cwd=UPSTREAMS_DIR,
@@ -157,20 +167,38 @@ def install_npm_upstreams() -> None:
                 unavailable(f"npm ci failed: {done.stderr[-500:]}")
 
 
+def _npm_installed() -> bool:
+    return all((UPSTREAMS_DIR / "node_modules" / name).is_dir() for name in NPM_SERVERS)
+
+
 def memory_server_command(root: Path) -> NodeCommand:
     """npm's ``@modelcontextprotocol/server-memory`` over stdio, its graph in ``root``,
     behind a recording tap (Python, standard library only)."""
+    data_file = root / "memory.jsonl"
+    return _npm_command(MEMORY_SERVER, [], {"MEMORY_FILE_PATH": str(data_file)}, root, data_file)
+
+
+def everything_server_command(root: Path) -> NodeCommand:
+    """npm's ``@modelcontextprotocol/server-everything`` (the protocol's feature tour, its
+    tools named ``get-sum``, ``echo``, ...) over stdio, behind a recording tap. It keeps
+    no data: ``data_file`` stays empty."""
+    return _npm_command(EVERYTHING_SERVER, ["stdio"], {}, root, root / "none")
+
+
+def _npm_command(
+    package: str, args: list[str], env: dict[str, str], root: Path, data_file: Path
+) -> NodeCommand:
     node = shutil.which("node")
     if node is None:
         unavailable("node is not installed")
     assert node is not None
     install_npm_upstreams()
     root.mkdir(parents=True, exist_ok=True)
-    entry = UPSTREAMS_DIR / "node_modules" / MEMORY_SERVER / "dist" / "index.js"
-    data_file, tap_log = root / "memory.jsonl", root / "memory-calls.jsonl"
+    entry = UPSTREAMS_DIR / "node_modules" / package / "dist" / "index.js"
+    tap_log = root / f"{package.rsplit('/', 1)[-1]}-calls.jsonl"
     tap = [str(UPSTREAMS_DIR / "stdio_tap.py"), "--log", str(tap_log), "--"]
-    env = {"MEMORY_FILE_PATH": str(data_file)}
-    return NodeCommand(sys.executable, [*tap, node, str(entry)], env, data_file, tap_log)
+    command = [*tap, node, str(entry), *args]
+    return NodeCommand(sys.executable, command, env, data_file, tap_log)
 
 
 def upstream_env() -> dict[str, str]:
