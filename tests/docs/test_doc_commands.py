@@ -21,11 +21,9 @@ from service.cli import app
 from tests.docs.reader import ROOT
 from tests.docs.test_readme import marked_blocks
 
-# docs/decisions/ records what was decided and why; it quotes commands, it does not teach them.
-DOCS = sorted(
-    [ROOT / "README.md", ROOT / "bench" / "README.md"]
-    + [doc for doc in (ROOT / "docs").glob("*.md") if doc.name != "decisions.md"]
-)
+# Not docs/decisions/: its records say what was decided and why; they quote commands, they do
+# not teach them.
+DOCS = sorted([ROOT / "README.md", ROOT / "bench" / "README.md", *(ROOT / "docs").glob("*.md")])
 FENCE = re.compile(
     r"^(?P<indent>[ ]*)```(?P<lang>\w*)\n(?P<body>.*?)\n(?P=indent)```$", re.S | re.M
 )
@@ -118,12 +116,11 @@ def test_every_section_of_the_readme_has_runnable_blocks():
     }
 
 
-@pytest.mark.parametrize(("doc", "line"), all_lines())
-def test_no_command_needs_what_a_fresh_machine_lacks(doc, line):
+def test_no_command_needs_what_a_fresh_machine_lacks():
     """Not `uv …` (uv is in .tools/bin, not on PATH), nor draftgate, python or pytest of the
     virtual environment: `./run draftgate …` and `./run python …` instead (python3 -c with
     the standard library only is fine: every machine with Python has it)."""
-    assert not NOT_ON_PATH.search(line), f"{doc}: {line}"
+    assert [f"{doc}: {line}" for doc, line in all_lines() if NOT_ON_PATH.search(line)] == []
 
 
 def test_the_commands_shown_are_found():
@@ -132,24 +129,37 @@ def test_the_commands_shown_are_found():
     assert sum(1 for _, line in lines if "./run draftgate" in line) > 40
 
 
-@pytest.mark.parametrize(("doc", "line"), [(d, line) for d, line in all_lines() if "./run" in line])
-def test_every_run_command_shown_exists_with_its_options(doc, line):
-    for words in run_invocations(line):
-        assert words, f"{doc}: {line}"
-        assert words[0] in run_commands(), f"{doc}: {line}"
-        name, arguments = words[0], words[1:]
-        if name in ("draftgate", "dev"):
+def problem_of(words: list[str]) -> str | None:
+    """What is wrong with one ``./run …`` invocation, or None."""
+    if not words or words[0] not in run_commands():
+        return "no such ./run command"
+    name, arguments = words[0], words[1:]
+    if name in ("draftgate", "dev"):
+        try:
             command, rest = draftgate_command(arguments if name == "draftgate" else ["dev"])
-            rest = rest if name == "draftgate" else arguments
-            unknown = {word.split("=")[0] for word in rest if word.startswith("--")} - options_of(
-                command
-            )
-            assert not unknown, f"{doc}: {line}: no such option {sorted(unknown)}"
-        elif name == "python" and arguments[:1] == ["-m"]:
-            module = arguments[1]
-            assert importlib.util.find_spec(module) is not None, f"{doc}: {line}"
-        elif name == "python" and arguments and arguments[0].endswith(".py"):
-            assert (ROOT / arguments[0]).exists() or "VALUE" in arguments[0], f"{doc}: {line}"
+        except AssertionError as missing:
+            return str(missing).splitlines()[0]
+        rest = rest if name == "draftgate" else arguments
+        unknown = {word.split("=")[0] for word in rest if word.startswith("--")}
+        unknown -= options_of(command)
+        return f"no such option {sorted(unknown)}" if unknown else None
+    if name == "python" and arguments[:1] == ["-m"]:
+        found = importlib.util.find_spec(arguments[1]) is not None
+        return None if found else f"no module {arguments[1]}"
+    if name == "python" and arguments and arguments[0].endswith(".py"):
+        found = (ROOT / arguments[0]).exists() or "VALUE" in arguments[0]  # a <placeholder>
+        return None if found else f"no file {arguments[0]}"
+    return None
+
+
+def test_every_run_command_shown_exists_with_its_options():
+    problems = [
+        f"{doc}: {line}: {problem}"
+        for doc, line in all_lines()
+        for words in run_invocations(line)
+        if (problem := problem_of(words))
+    ]
+    assert problems == []
 
 
 def test_the_checks_above_catch_what_they_look_for():
@@ -168,6 +178,13 @@ def test_the_checks_above_catch_what_they_look_for():
     assert list(run_invocations("./run draftgate trace <trace id> > t.txt")) == [
         ["draftgate", "trace", "VALUE"]
     ]
+    assert (
+        problem_of(["draftgate", "audit", "export", "--outt", "x"]) == "no such option ['--outt']"
+    )
+    assert problem_of(["draftgate", "audit", "evnets"]) == "no draftgate command 'evnets'"
+    assert problem_of(["python", "-m", "reliability.dirll"]) == "no module reliability.dirll"
+    assert problem_of(["pyhton", "x"]) == "no such ./run command"
+    assert problem_of(["dev", "--reset", "--ready-timeout", "5"]) is None
 
 
 def lines_of(text: str, tmp_path: Path) -> list[str]:
