@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from tests.support.approvals import approve, bearer
+from tests.support.mcp_client import connect
 from tests.support.servers import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.full]
@@ -120,12 +121,25 @@ def draftgate_dev(tmp_path: Path, *args: str, announced: bool = True, **env: str
     )
     try:
         if announced:
-            wait_for(dev, lambda: "Press Ctrl-C to stop." in dev.output(), "announcement", 180)
+            wait_for(
+                dev,
+                lambda: "Press Ctrl-C to stop." in dev.output(),
+                "announcement",
+                START_TIMEOUT_SECONDS,
+            )
         yield dev
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=30)
+
+
+def with_sitecustomize(tmp_path: Path, code: str) -> str:
+    """A PYTHONPATH whose sitecustomize runs ``code`` first in every Python process of dev's."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(code)
+    return os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
 
 
 def stop(dev: Dev) -> int:
@@ -137,8 +151,6 @@ def stop(dev: Dev) -> int:
 
 
 async def propose_refunds(dev: Dev, manifest: dict[str, Any], amounts: list[int]) -> list[str]:
-    from tests.support.mcp_client import connect
-
     drafts = []
     async with connect(dev.mcp_url, manifest["tokens"]["agent"]) as agent:
         for number, amount in enumerate(amounts):
@@ -156,37 +168,45 @@ async def propose_refunds(dev: Dev, manifest: dict[str, Any], amounts: list[int]
     return drafts
 
 
-def approve_and_execute(dev: Dev, manifest: dict[str, Any], draft_id: str) -> str:
-    approved = approve(dev.api_url, manifest, draft_id, "alice")
-    assert approved.status_code == 201, approved.text
-    requested = httpx.post(
-        f"{dev.api_url}/v1/drafts/{draft_id}/execute",
+def as_alice(dev: Dev, manifest: dict[str, Any], method: str, path: str, expect: int) -> Any:
+    """The API's JSON answer to Alice's request, which must have status ``expect``."""
+    answer = httpx.request(
+        method,
+        dev.api_url + path,
         headers=bearer(manifest["tokens"]["approver_alice"]),
         timeout=30,
     )
-    assert requested.status_code == 202, requested.text
-    execution_id: str = requested.json()["execution_id"]
+    assert answer.status_code == expect, answer.text
+    return answer.json()
+
+
+def approve_and_execute(dev: Dev, manifest: dict[str, Any], draft_id: str) -> str:
+    approved = approve(dev.api_url, manifest, draft_id, "alice")
+    assert approved.status_code == 201, approved.text
+    execution_id: str = as_alice(dev, manifest, "POST", f"/v1/drafts/{draft_id}/execute", 202)[
+        "execution_id"
+    ]
     return execution_id
 
 
 def execution_status(dev: Dev, manifest: dict[str, Any], execution_id: str) -> str:
-    answer = httpx.get(
-        f"{dev.api_url}/v1/executions/{execution_id}",
-        headers=bearer(manifest["tokens"]["approver_alice"]),
-        timeout=30,
-    )
-    assert answer.status_code == 200, answer.text
-    status: str = answer.json()["status"]
+    status: str = as_alice(dev, manifest, "GET", f"/v1/executions/{execution_id}", 200)["status"]
     return status
+
+
+def refunds_of(db: sqlite3.Connection, draft_id: str) -> int:
+    """The shop's refunds made for the draft (its idempotency key is <draft_id>:<revision>)."""
+    count: int = db.execute(
+        "SELECT count(*) FROM shop_refunds WHERE idempotency_key LIKE ?", (f"{draft_id}:%",)
+    ).fetchone()[0]
+    return count
 
 
 def applied_but_not_recorded(dev: Dev, draft_id: str) -> bool:
     """The shop made the refund, and the execution is still running: the window between the
     change and its record that DRAFTGATE_FAULT_PAUSE_AFTER_DOWNSTREAM_MS holds open."""
     with closing(dev.database()) as db:
-        refunds = db.execute(
-            "SELECT count(*) FROM shop_refunds WHERE idempotency_key LIKE ?", (f"{draft_id}:%",)
-        ).fetchone()[0]
+        refunds = refunds_of(db, draft_id)
         [status] = db.execute(
             "SELECT status FROM executions WHERE draft_id = ?", (draft_id,)
         ).fetchone() or [None]
@@ -195,12 +215,7 @@ def applied_but_not_recorded(dev: Dev, draft_id: str) -> bool:
 
 def api_answers(dev: Dev, manifest: dict[str, Any]) -> None:
     assert httpx.get(dev.api_url + "/healthz", timeout=10).status_code == 200
-    listed = httpx.get(
-        f"{dev.api_url}/v1/drafts",
-        headers=bearer(manifest["tokens"]["approver_alice"]),
-        timeout=30,
-    )
-    assert listed.status_code == 200, listed.text
+    as_alice(dev, manifest, "GET", "/v1/drafts", 200)
 
 
 def kill_worker(dev: Dev) -> int:
@@ -256,10 +271,7 @@ def test_a_killed_worker_is_restarted_and_every_execution_ends_exactly_once(tmp_
         assert set(statuses.values()) == {"succeeded"}, statuses
         with closing(dev.database()) as db:
             for draft in drafts:
-                refunds = db.execute(
-                    "SELECT count(*) FROM shop_refunds WHERE idempotency_key LIKE ?",
-                    (f"{draft}:%",),
-                ).fetchone()[0]
+                refunds = refunds_of(db, draft)
                 runs = db.execute(
                     "SELECT count(*) FROM executions WHERE draft_id = ?", (draft,)
                 ).fetchone()[0]
@@ -291,11 +303,8 @@ if "serve" in sys.argv and "worker" in sys.argv and os.path.exists(os.environ["C
 
 
 def test_a_component_that_keeps_dying_stops_dev_with_its_log(tmp_path):
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(CRASHING_WORKER)
+    pythonpath = with_sitecustomize(tmp_path, CRASHING_WORKER)
     mark = tmp_path / "crash"
-    pythonpath = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
     with draftgate_dev(tmp_path, PYTHONPATH=pythonpath, CRASH_MARK=str(mark)) as dev:
         manifest = dev.manifest()
         mark.touch()
@@ -324,10 +333,7 @@ if "serve" in sys.argv and "api" in sys.argv:
 
 
 def test_not_ready_within_the_ready_timeout_names_the_component_and_its_log(tmp_path):
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(SILENT_API)
-    pythonpath = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+    pythonpath = with_sitecustomize(tmp_path, SILENT_API)
     with draftgate_dev(
         tmp_path, "--ready-timeout", "5", announced=False, PYTHONPATH=pythonpath
     ) as dev:
