@@ -1,9 +1,9 @@
 """The fault drill: executions end to end on private PostgreSQL + Redis with real worker
 processes, while workers are SIGKILLed, Redis and PostgreSQL restart and messages are lost.
 
-    uv run python -m reliability.drill                 # 100 executions per scenario
-    uv run python -m reliability.drill --quick         # a few per scenario (what CI runs)
-    uv run python -m reliability.drill --executions 300 --kills 60 --scenario sigkill
+    ./run python -m reliability.drill                 # 100 executions per scenario
+    ./run python -m reliability.drill --quick         # a few per scenario (what CI runs)
+    ./run python -m reliability.drill --executions 300 --kills 60 --scenario sigkill
 
 It prints one row per scenario: executions requested, succeeded, failed (visible business
 failures), duplicates (downstream refunds beyond the first for one execution: must be 0),

@@ -2,9 +2,9 @@
 and Redis, a few hundred concurrent propose -> approve -> execute flows through them, a
 rolling restart of the workers mid-load, then PostgreSQL and Redis each stopped and started.
 
-    uv run python -m reliability.topology                          # 200 flows, 16 at a time (CI)
-    uv run python -m reliability.topology --full                   # 600 flows, 32 at a time
-    uv run python -m reliability.topology --flows 400 --concurrency 24 --json figures.json
+    ./run python -m reliability.topology                          # 200 flows, 16 at a time (CI)
+    ./run python -m reliability.topology --full                   # 600 flows, 32 at a time
+    ./run python -m reliability.topology --flows 400 --concurrency 24 --json figures.json
 
 It prints flows started and completed, duplicates (refunds beyond the first per draft: must
 be 0), lost (flows that did not succeed in the end: must be 0), the audit chain's

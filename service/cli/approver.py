@@ -15,6 +15,7 @@ import typer
 
 from service.approvals.schemas import Decision, signed_request, statement_for
 from service.canonical import canonical_json, params_sha256
+from service.cli import passphrase
 from service.cli.client import ApiClient, ApiProblem, ApiUrlOption, TokenOption
 from service.cli.common import JsonOption, echo, fail, print_json, print_table
 from service.cli.passphrase import unlock
@@ -30,6 +31,14 @@ KeyOption = Annotated[
         "--key",
         help="Your Ed25519 private key (PKCS#8 PEM); if encrypted, the passphrase is "
         "DRAFTGATE_KEY_PASSPHRASE or asked for.",
+    ),
+]
+YesOption = Annotated[
+    bool,
+    typer.Option(
+        "--yes",
+        help='Sign without asking "Sign this … of revision N? [y/N]" (for scripts; without '
+        "a terminal and without --yes nothing is signed, exit 2).",
     ),
 ]
 # What the signature binds and we can check ourselves (the approver is who the token is).
@@ -111,7 +120,7 @@ def approve(
     ] = False,
     wait: WaitOption = False,
     timeout: WaitTimeoutOption = 120,
-    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+    yes: YesOption = False,
     api_url: str | None = ApiUrlOption,
     token: str | None = TokenOption,
 ) -> None:
@@ -133,7 +142,7 @@ def reject(
     draft_id: str,
     key: KeyOption,
     reason: Annotated[str, typer.Option(help="Why; the agent relays it to the user.")],
-    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+    yes: YesOption = False,
     api_url: str | None = ApiUrlOption,
     token: str | None = TokenOption,
 ) -> None:
@@ -183,6 +192,24 @@ def show_execution(
         echo(f"error: {execution['error'].get('message')}")
 
 
+NOT_ASKED_EXIT_CODE = 2  # a usage error, as click's: the command line lacks --yes
+
+
+def _confirm(question: str) -> None:
+    """Ask the person at the terminal before signing. Without one, nobody can answer (and
+    whatever feeds stdin must not): say how to confirm instead, having signed nothing."""
+    if not passphrase.at_a_terminal():
+        echo(
+            f'error: not signed: "{question}" needs an answer and stdin is not a terminal; '
+            "run it at a terminal, or pass --yes to sign without being asked",
+            err=True,
+        )
+        raise typer.Exit(code=NOT_ASKED_EXIT_CODE)
+    if not typer.confirm(question):
+        echo("not signed: you answered no", err=True)
+        raise typer.Exit(code=1)
+
+
 def _decide(
     api: ApiClient,
     draft_id: str,
@@ -225,7 +252,7 @@ def _decide(
             f"({', '.join(mismatched)})"
         )
     if not yes:
-        typer.confirm(f"Sign this {decision.value} of revision {draft['revision']}?", abort=True)
+        _confirm(f"Sign this {decision.value} of revision {draft['revision']}?")
     body = signed_request(ours, private_key)
     return checked_call(lambda: api.post(f"/v1/drafts/{draft_id}/approvals", body))
 

@@ -66,7 +66,7 @@ def events(
     limit: Annotated[int, typer.Option(help="Events per page (1-500).")] = 50,
     cursor: Annotated[str | None, typer.Option(help="Continue after a previous page.")] = None,
     full: Annotated[
-        bool, typer.Option("--full", help="Whole trace ids, times and details, not shortened.")
+        bool, typer.Option("--full", help="Whole times and details, not shortened.")
     ] = False,
     as_json: JsonOption = False,
     api_url: str | None = ApiUrlOption,
@@ -100,7 +100,7 @@ def events(
                 e["type"],
                 e["actor"],
                 e["draft_id"] or "",
-                (e["trace_id"] or "") if full else (e["trace_id"] or "")[:12],
+                e["trace_id"] or "",  # whole: `draftgate trace` takes what is copied here
                 _detail(e, limit=None if full else DETAIL_WIDTH),
             ]
             for e in page["events"]

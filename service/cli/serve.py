@@ -61,7 +61,7 @@ def _serve_http(asgi_app: Any, host: str, port: int) -> None:
 
 @app.command("api")
 def serve_api(host: HostOption = "127.0.0.1", port: int = 8000) -> None:
-    """The approver/auditor HTTP API (OpenAPI at /docs)."""
+    """The approver/auditor HTTP API and the console (OpenAPI document at /openapi.json)."""
     from service.api.app import create_app
 
     _observe("api")

@@ -26,6 +26,11 @@ class AgentDraftView(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     draft_id: str
+    trace_id: str | None = Field(
+        default=None,
+        description="The trace of the call that proposed this revision (32 hex digits): "
+        "what approvers and auditors look it up by.",
+    )
     action: str
     status: DraftStatus
     revision: int
@@ -64,6 +69,7 @@ def agent_view(
     message, next_action = _advice(draft, status, approvals_received, outcome)
     return AgentDraftView(
         draft_id=draft.id,
+        trace_id=draft.trace_id,
         action=draft.action,
         status=status,
         revision=draft.revision,

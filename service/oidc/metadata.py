@@ -4,7 +4,8 @@ Both doors describe themselves the same way: their canonical URI as ``resource``
 configured OpenID issuer as their authorization server. Without an issuer there is no
 authorization server a client could use, so ``authorization_servers`` is left out
 (RFC 9728 §2 makes it optional): the document then says "bearer tokens, from no OAuth
-server", and the 401's message says to use a draftgate token (docs/decisions.md).
+server", and the 401's message says to use a draftgate token
+(docs/decisions/protected-resource-metadata-own.md).
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ class WebhookDelivery(SQLModel, table=True):
 class WebhookAttempt(SQLModel, table=True):
     """The delivery log: one row per attempt. No secrets, no headers, no request body, and of
     the response only its status: a log that read back answers would make the endpoint a
-    way to read internal services (docs/decisions.md, "Outgoing webhooks")."""
+    way to read internal services (docs/decisions/webhook-destinations-public-and-pinned.md)."""
 
     __tablename__ = "webhook_attempts"
     __table_args__ = (UniqueConstraint("delivery_id", "number", name="uq_webhook_attempts"),)

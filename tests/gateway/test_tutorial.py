@@ -1,6 +1,8 @@
 """docs/gateway-tutorial.md, run as written: every command and the YAML are read from the
 document and run in a shell, against the real example API and a real ``draftgate dev``
-(only the ports are changed to free ones, and the working directory is a fresh one)."""
+(only the ports are changed to free ones, and the working directory is a fresh one). The
+shell is a fresh machine's (tests/docs/reader.py): no uv and no virtual environment on PATH,
+only the checkout's ``./run``."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ import re
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +22,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.docs.reader import fresh_machine_env, reader_directory
 from tests.gateway.upstreams.ledger import Ledger
 from tests.support.servers import free_port
 
@@ -31,7 +33,6 @@ TUTORIAL = ROOT / "docs" / "gateway-tutorial.md"
 STEP = re.compile(
     r"<!-- tutorial: (?P<name>[\w.-]+) -->\n```(?P<lang>\w+)\n(?P<body>.*?)\n```", re.S
 )
-BIN = Path(sys.executable).parent
 START_TIMEOUT_SECONDS = 120
 TOKEN = "billing-demo-token"
 
@@ -55,11 +56,9 @@ class Shell:
     """Runs the tutorial's blocks as a reader's shell would, in one working directory."""
 
     def __init__(self, cwd: Path, ports: dict[str, int]) -> None:
-        self.cwd = cwd
+        self.cwd = reader_directory(cwd)
         self.ports = ports
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("DRAFTGATE_")}
-        self.env["PATH"] = f"{BIN}{os.pathsep}{self.env.get('PATH', '')}"  # venv active
-        self.env["PYTHONPATH"] = str(ROOT)  # "from the root of a checkout", elsewhere
+        self.env = fresh_machine_env(PYTHONPATH=str(ROOT))  # "from the root of a checkout"
 
     def local(self, text: str) -> str:
         for documented, port in self.ports.items():

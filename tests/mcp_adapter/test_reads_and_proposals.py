@@ -386,6 +386,7 @@ async def test_the_clients_traceparent_becomes_the_trace_id(mcp_url, runtime, de
     draft_id = proposed.structured_content["draft_id"]
     (draft,) = _drafts(runtime)
     assert draft.trace_id == TRACE_ID
+    assert proposed.structured_content["trace_id"] == TRACE_ID  # the agent can quote it
     with session_scope(runtime.engine) as session:
         revision = session.exec(select(DraftRevision)).one()
     assert revision.trace_id == TRACE_ID
@@ -418,15 +419,20 @@ async def test_without_a_valid_traceparent_a_trace_id_is_generated(
 ):
     async with connect(mcp_url, demo["tokens"]["agent"], traceparent=traceparent) as client:
         await client.call_tool("get_order", {"order_id": demo["orders"]["delivered"]})
-        await client.call_tool("propose_refund", _refund(demo["orders"]["delivered"]))
+        proposed = await client.call_tool("propose_refund", _refund(demo["orders"]["delivered"]))
+        draft_id = proposed.structured_content["draft_id"]
+        fetched = await client.call_tool("get_draft", {"draft_id": draft_id})
     (draft,) = _drafts(runtime)
     assert draft.trace_id is not None
     assert HEX32.match(draft.trace_id)
+    # The result names the proposal's trace, also when read later in another trace.
+    assert proposed.structured_content["trace_id"] == draft.trace_id
+    assert fetched.structured_content["trace_id"] == draft.trace_id
     assert draft.trace_id not in {TRACE_ID, "0" * 32}
     called = _events(runtime, type="tool.called")
     trace_ids = [event.trace_id for event in called]
     assert all(trace_id and HEX32.match(trace_id) for trace_id in trace_ids)
-    assert len(set(trace_ids)) == 2  # each call is its own trace
+    assert len(set(trace_ids)) == 3  # each call is its own trace
     assert trace_ids[1] == draft.trace_id
 
 

@@ -13,8 +13,8 @@ object exists. Callers without a tenant (no or an unknown token) ask for demo's 
 the "demo" column and for acme's in the "acme" column. Collections (the queue, the audit log)
 answer a foreign caller with its own tenant's data only. Every refusal is audited exactly
 once (``auth.refused`` for credentials, ``<route name>.refused`` for the rest, DESIGN.md §8,
-docs/decisions.md "HTTP API") and changes nothing: no approval, no execution, no outbox
-row, no draft status or revision.
+docs/decisions/refusals-audited-by-route-name.md) and changes nothing: no approval, no
+execution, no outbox row, no draft status or revision.
 
 Part 2, forged and replayed approvals (DESIGN.md §4, docs/approvals.md): each variant is
 refused with the status and code the documented rules give, leaves exactly one
@@ -1214,7 +1214,8 @@ for _name in LOOKALIKES:
     variant(f"lookalike/{_name}")(_lookalike(_name))
 
 
-# --- the shape of the statement and of the body (all INVALID_ARGUMENT, docs/decisions.md) ---
+# --- the shape of the statement and of the body (all INVALID_ARGUMENT) --------------------
+# docs/decisions/signed-statement-refuses-null.md, docs/decisions/duplicate-member-names-refused.md
 
 
 def _signed_with(lab: Lab, statement: dict[str, Any], **members: Any) -> tuple[Any, None]:

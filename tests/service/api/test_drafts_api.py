@@ -579,8 +579,9 @@ def test_an_unknown_execution_is_404(api, runtime, demo):
 
 @both_backends
 def test_the_queue_does_not_list_a_draft_past_its_expiry_as_proposed(api, runtime, demo, door):
-    """decisions.md: expiry is enforced on every read; a draft past expires_at is expired the
-    moment anything touches it, so the queue must not offer it as waiting for approval."""
+    """Expiry is enforced on every read (docs/decisions/expiry-enforced-on-every-touch.md): a
+    draft past expires_at is expired the moment anything touches it, so the queue must not
+    offer it as waiting for approval."""
     draft_id = refund(door)["draft_id"]
     with session_scope(runtime.engine) as session:
         session.execute(

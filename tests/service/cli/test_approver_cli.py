@@ -250,7 +250,7 @@ def test_approve_signs_and_the_draft_becomes_approved(api, runtime, demo, door):
     assert executions_in_db(runtime, draft_id) == []  # --execute was not given
 
 
-def test_approve_asks_first_and_a_no_signs_nothing(api, runtime, demo, door):
+def test_approve_asks_first_and_a_no_signs_nothing(api, runtime, demo, door, at_a_terminal):
     draft_id = refund(door)
 
     result = run_cli(
@@ -264,7 +264,8 @@ def test_approve_asks_first_and_a_no_signs_nothing(api, runtime, demo, door):
     )
 
     assert result.exit_code == 1
-    assert "Sign this approve of revision 1?" in result.stdout
+    assert "Sign this approve of revision 1? [y/N]" in result.stdout
+    assert "not signed: you answered no" in result.stderr
     assert approvals_in_db(runtime, draft_id) == []
     assert get_draft(api, as_(demo, "alice"), draft_id)["status"] == "proposed"
 
@@ -883,6 +884,37 @@ def test_a_plain_key_is_used_without_asking_for_a_passphrase(
     assert ("POST", f"/v1/drafts/{DRAFT_ID}/approvals") in received
 
 
+# --- confirming without a terminal ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["approve", "reject"])
+@pytest.mark.parametrize("stdin", [None, "y\n"], ids=["no-input", "piped-yes"])
+def test_without_a_terminal_and_without_yes_nothing_is_signed_and_it_says_how_to_confirm(
+    alice_pem, stand_in_api, command, stdin
+):
+    """Not a bare "Aborted.": the command names --yes, exits 2 (a usage error), and signs
+    nothing, not even for a "y" piped in (whatever feeds stdin is not the approver)."""
+    url, received = stand_in_api(shown_draft())
+    extra = ["--reason", "no"] if command == "reject" else []
+
+    result = run_cli(
+        command,
+        DRAFT_ID,
+        "--key",
+        str(alice_pem),
+        *extra,
+        api_url=url,
+        token="dg_fake",
+        stdin=stdin,
+    )
+
+    assert result.exit_code == 2, result.stdout + result.stderr
+    assert "Aborted" not in result.stdout + result.stderr
+    assert "stdin is not a terminal" in result.stderr
+    assert "pass --yes to sign without being asked" in result.stderr
+    assert [method for method, _ in received] == ["GET"]  # shown, never posted
+
+
 # --- what an agent wrote cannot draw on the approver's terminal (defence in depth) ------------
 
 # Text the API refuses on the way in (tests/security/test_hostile_text.py); a server that lies,
@@ -951,7 +983,9 @@ def test_drafts_list_prints_hostile_text_as_visible_escapes(stand_in_api):
     assert line.index("Refund") == header.index("SUMMARY")
 
 
-def test_approve_shows_hostile_text_as_visible_escapes_before_asking(alice_pem, stand_in_api):
+def test_approve_shows_hostile_text_as_visible_escapes_before_asking(
+    alice_pem, stand_in_api, at_a_terminal
+):
     url, received = stand_in_api(hostile_draft())
 
     result = run_cli(

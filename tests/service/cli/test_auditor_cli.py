@@ -173,14 +173,24 @@ def test_audit_events_prints_a_readable_table(runtime, demo, api, interaction):
         assert cells[3] == event.actor
     refused = next(r for r in rows if " tool.refused " in r)
     assert "INVALID_ARGUMENT" in refused
-    assert interaction["trace_id"][:12] in refused
-    assert interaction["trace_id"] not in refused, "shortened unless --full"
+    assert interaction["trace_id"] in refused, "trace ids are never shortened"
     assert "more: --cursor" not in result.stdout
 
     full = as_auditor(api, demo, "audit", "events", "--limit", "500", "--full")
     assert full.exit_code == 0, full.stderr
     refused = next(r for r in full.stdout.splitlines()[1:] if " tool.refused " in r)
     assert interaction["trace_id"] in refused
+
+
+def test_a_trace_id_copied_from_the_events_table_opens_the_trace(demo, api, interaction):
+    table = as_auditor(api, demo, "audit", "events", "--type", "tool.refused").stdout
+    header, row = table.splitlines()[:2]
+    copied = row[header.index("TRACE") :].split()[0]  # what a person selects and copies
+
+    result = as_auditor(api, demo, "trace", copied)
+
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines()[0] == f"trace {interaction['trace_id']}"
 
 
 @both_backends

@@ -606,7 +606,8 @@ def test_an_expired_key_can_be_reused_for_new_params(runtime, door):
 
 @BOTH_BACKENDS
 def test_a_key_replay_reports_an_expired_draft_as_expired(runtime, door):
-    """Expiry is enforced on every read (docs/decisions.md), replays included."""
+    """Expiry is enforced on every read (docs/decisions/expiry-enforced-on-every-touch.md),
+    replays included."""
     first = call(door, "propose_refund", refund(idempotency_key="stale"))
     expire_draft(runtime, first["draft_id"])
     replay = call(door, "propose_refund", refund(idempotency_key="stale"))
