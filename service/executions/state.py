@@ -14,8 +14,10 @@ from sqlmodel import Session
 
 from service import metrics
 from service.audit import actions as audit
+from service.audit.refusals import Refusal, record_refusal
 from service.drafts import state as draft_state
 from service.drafts.models import Draft, DraftStatus
+from service.errors import DomainError
 from service.executions import errors, repository
 from service.executions.models import (
     AttemptResult,
@@ -128,13 +130,47 @@ def fail(
     error: dict[str, Any],
     reason: str,
     attempt_detail: dict[str, Any] | None = None,
-    event: str = "execution.failed",
     event_data: dict[str, Any] | None = None,
 ) -> None:
-    """End the execution as failed; ``event`` names why (a refusal is a security event)."""
+    """End the execution as failed (a business failure, or retries used up)."""
     close_attempt(session, execution, AttemptResult.FAILED, now=now, detail=attempt_detail or error)
     _finish(session, execution, ExecutionStatus.FAILED, now=now, error=error)
-    record(session, execution, event, event_data or {"attempt": execution.attempts, "error": error})
+    data = event_data or {"attempt": execution.attempts, "error": error}
+    record(session, execution, "execution.failed", data)
+    _move_draft(session, execution, draft, DraftStatus.FAILED, now=now, reason=reason)
+
+
+def refuse(
+    session: Session,
+    execution: Execution,
+    draft: Draft | None,
+    *,
+    now: datetime,
+    error: DomainError,
+    security: bool,
+) -> None:
+    """End an execution the worker refused to run at claim time, audited as a refusal
+    (``execution.refused``; ``security.execution_refused`` when its approvals do not verify,
+    which means the stored rows were changed behind draftgate's back)."""
+    detail = {**error.audit_form(), "security": security}
+    close_attempt(session, execution, AttemptResult.FAILED, now=now, detail=detail)
+    _finish(session, execution, ExecutionStatus.FAILED, now=now, error=detail)
+    refusal = Refusal(
+        "execution",
+        error,
+        execution.tenant,
+        WORKER,
+        draft_id=execution.draft_id,
+        execution_id=execution.id,
+        trace_id=execution.trace_id,
+        security=security,
+    )
+    record_refusal(session, refusal)
+    reason = (
+        "the approvals could not be verified, so nothing was executed"
+        if security
+        else error.message.rstrip(".")
+    )
     _move_draft(session, execution, draft, DraftStatus.FAILED, now=now, reason=reason)
 
 
@@ -146,7 +182,7 @@ def expire(
         f"it did not start within {deadline} s of the execution request, so it will not run "
         "late; nothing was executed"
     )
-    error = {"code": errors.EXECUTION_EXPIRED.code, "message": reason}
+    error = errors.EXECUTION_EXPIRED(reason).audit_form()
     _finish(session, execution, ExecutionStatus.EXPIRED, now=now, error=error)
     record(session, execution, "execution.expired", {"deadline_seconds": deadline})
     _move_draft(session, execution, draft, DraftStatus.EXPIRED, now=now, reason=reason)
