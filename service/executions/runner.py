@@ -263,7 +263,7 @@ def _heartbeat(runtime: Runtime, claim: Claim) -> Iterator[None]:
             try:
                 with session_scope(runtime.engine) as session:
                     until = utcnow() + timedelta(seconds=lease)
-                    if not repository.renew_lease(
+                    if not state.renew_lease(
                         session, claim.execution_id, claim.attempt, until=until
                     ):
                         return  # taken over: the fencing check stops this attempt's commit
