@@ -16,22 +16,20 @@ from functools import partial
 import anyio
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.auth.routes import cors_middleware
-from sqlmodel import Session
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.audit import actions as audit
+from service.audit import refusals
 from service.config import Settings
 from service.errors import UNAUTHENTICATED, DomainError
 from service.guards import client_address
 from service.oidc.config import oidc_config
 from service.oidc.metadata import challenge, how_to_authenticate, metadata_paths, resource_metadata
 from service.principal import Principal, Role
-from service.ratelimit import record_throttled
 from service.runtime import Runtime
-from service.tokens.authentication import authenticate_presented, record_refused
+from service.tokens.authentication import authenticate_presented, refuse_credential
 from service.tracing import trace_id_from
 
 DOOR = "mcp"
@@ -198,17 +196,12 @@ class CredentialAudit:
     async def _refuse_missing(
         self, scope: Scope, receive: Receive, send: Send, trace_id: str, source: str
     ) -> None:
-        reason = "No bearer token was presented."
+        error = UNAUTHENTICATED("No bearer token was presented.")
         missing = partial(
-            record_refused,
-            self._runtime,
-            door=DOOR,
-            source=source,
-            reason=reason,
-            trace_id=trace_id,
+            refuse_credential, self._runtime, error, door=DOOR, source=source, trace_id=trace_id
         )
         await anyio.to_thread.run_sync(missing)
-        response = unauthorized(self._runtime.settings, UNAUTHENTICATED(reason), token_sent=False)
+        response = unauthorized(self._runtime.settings, error, token_sent=False)
         await response(scope, receive, send)
 
     def _shaped(self, scope: Scope, receive: Receive, send: Send, refusal: Refusal) -> Send:
@@ -243,7 +236,7 @@ def refuser(runtime: Runtime) -> Callable[[Scope, Send, DomainError], Awaitable[
         authorization = headers.get(b"authorization", b"").decode("latin-1")
         token = authorization[7:].strip() if authorization.lower().startswith("bearer ") else None
         source = client_address(scope)
-        audit_it = partial(_audit_refusal, runtime, token, trace_id, source, error)
+        audit_it = partial(_audited, runtime, token, trace_id, source, error)
         outcome = await anyio.to_thread.run_sync(audit_it)
         if outcome.code == "UNAUTHENTICATED":
             refusal = unauthorized(runtime.settings, outcome, token_sent=bool(token))
@@ -261,11 +254,13 @@ def refuser(runtime: Runtime) -> Callable[[Scope, Send, DomainError], Awaitable[
 STATUS_BY_CODE = {"UNAUTHENTICATED": 401, "REQUEST_TOO_LARGE": 413, "RATE_LIMITED": 429}
 
 
-def _audit_refusal(
+def _audited(
     runtime: Runtime, token: str | None, trace_id: str, source: str, error: DomainError
 ) -> DomainError:
+    """Audit a request refused before the SDK read it; the refusal to answer with (a bad or
+    missing token is refused as unauthenticated first, and audited as that)."""
     if error.code == "RATE_LIMITED":  # a flood: no database work, no per-request token check
-        record_refused(runtime, door=DOOR, source=source, reason=error.message, trace_id=trace_id)
+        refuse_credential(runtime, error, door=DOOR, source=source, trace_id=trace_id)
         return error
     try:
         principal = authenticate_for_mcp(
@@ -273,19 +268,9 @@ def _audit_refusal(
         )
     except DomainError as unauthenticated:
         return unauthenticated
-
-    def write(session: Session, extra: dict[str, int]) -> None:
-        audit.record_refusal(
-            session,
-            tenant=principal.tenant,
-            actor=principal.actor,
-            operation="request",
-            error=error,
-            trace_id=trace_id,
-            data=extra,
-        )
-
-    record_throttled(runtime.engine, runtime.limiter, f"request:{DOOR}:{source}", write)
+    refusal = refusals.Refusal.by(principal, "request", error, trace_id=trace_id)
+    throttle = refusals.Throttle(runtime.limiter, f"request:{DOOR}:{source}")
+    refusals.record_refusal_apart(runtime.engine, refusal, throttle=throttle)
     return error
 
 

@@ -30,10 +30,10 @@ from mcp.types import (
 from mcp_adapter import metrics as tool_metrics
 from mcp_adapter.auth import DOOR, authenticate_for_mcp, principal_from
 from mcp_adapter.errors import as_tool_error
-from service.db import session_scope, unavailable
+from service.audit.refusals import Refusal, Throttle, record_refusal, record_refusal_apart
+from service.db import unavailable
 from service.errors import DomainError, internal_error
 from service.principal import Principal
-from service.ratelimit import record_throttled
 from service.runtime import Runtime
 from service.telemetry import tool_call
 from service.toolcalls import actions as toolcalls
@@ -63,25 +63,24 @@ class ToolDoor:
             except Exception as exc:
                 raise (unavailable(exc) or exc) from exc
 
-        def refused(session: Any, error: DomainError, extra: dict[str, int] | None = None) -> None:
-            toolcalls.record_refused_call(
-                session,
+        def refusal(error: DomainError) -> Refusal:
+            latency_us = int((time.perf_counter() - started) * 1_000_000)
+            return toolcalls.refused_call(
                 principal,
+                error,
                 name=name,
                 arguments=arguments,
-                error=error,
-                latency_us=int((time.perf_counter() - started) * 1_000_000),
+                latency_us=latency_us,
                 trace_id=trace_id,
-                extra=extra,
             )
+
+        def refused(session: Any, error: DomainError) -> None:
+            record_refusal(session, refusal(error))
 
         limited = self._over_limit(principal)
         if limited is not None:  # a flood: its refusals are audited as a count
-
-            def flood(session: Any, extra: dict[str, int]) -> None:
-                refused(session, limited, extra)
-
-            record_throttled(engine, self.runtime.limiter, f"tools:{principal.token_id}", flood)
+            throttle = Throttle(self.runtime.limiter, f"tools:{principal.token_id}")
+            record_refusal_apart(engine, refusal(limited), throttle=throttle)
             raise limited
         try:
             return toolcalls.call_tool(
@@ -98,8 +97,7 @@ class ToolDoor:
             error = unavailable(exc) or internal_error()
             logger.exception("tool %s failed: %s (trace %s)", name, error.code, trace_id)
             try:
-                with session_scope(engine) as session:
-                    refused(session, error)
+                record_refusal_apart(engine, refusal(error))
             except Exception:  # the database is still away: the refusal is only logged
                 logger.warning("could not audit the failed call of %s", name, exc_info=True)
             raise error from exc

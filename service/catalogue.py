@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass
+from functools import cache
 from types import ModuleType
 
 import service
@@ -66,6 +67,17 @@ def domains() -> list[Domain]:
         title = (module.__doc__ or module.__name__).strip().splitlines()[0]
         result.append(Domain(module.__name__, title, codes))
     return result
+
+
+@cache
+def declared() -> dict[str, ErrorCode]:
+    """Every declared code by its name (the first declaration, where one is re-exported)."""
+    return {code.code: code for domain in domains() for code in domain.codes}
+
+
+def error_code(code: str) -> ErrorCode:
+    """The declaration of ``code``; KeyError for a code no domain declares (a bug)."""
+    return declared()[code]
 
 
 def render() -> str:

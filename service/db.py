@@ -15,6 +15,7 @@ from sqlmodel import Session
 from service.audit import chain
 from service.errors import DATABASE_UNAVAILABLE, DomainError
 from service.sqlite_writers import WriterQueue, serialise_writers
+from service.webhooks.announce import announce
 
 T = TypeVar("T")
 
@@ -100,12 +101,14 @@ def session_scope(engine: Engine) -> Iterator[Session]:
     """One transaction: commit on success, roll back on any exception.
 
     Audit events recorded during the unit of work are appended to the tenant's
-    hash chain just before the commit, inside the same transaction.
+    hash chain just before the commit, inside the same transaction, and so are the
+    webhook deliveries the appended events announce.
     """
     with Session(engine, expire_on_commit=False) as session:
         try:
             yield session
-            chain.append_recorded(session)
+            appended = chain.append_recorded(session)
+            announce(session, appended)
             session.commit()
         except BaseException:
             session.rollback()

@@ -46,12 +46,17 @@ class DomainError(Exception):
         self.retryable = category is Category.TRANSIENT if retryable is None else retryable
         self.details = details or {}
 
+    def audit_form(self) -> dict[str, Any]:
+        """What the audit log and a failed execution keep of this error: its code, category and
+        message. Not the advice (the catalogue holds it) and not the details (they may echo
+        what was sent)."""
+        return {"code": self.code, "category": self.category.value, "message": self.message}
+
     def to_dict(self) -> dict[str, Any]:
-        """The structured error object of DESIGN.md §6."""
+        """The structured error object of DESIGN.md §6 (the wire form): the audit form, and
+        what the caller should do next."""
         body: dict[str, Any] = {
-            "code": self.code,
-            "category": self.category.value,
-            "message": self.message,
+            **self.audit_form(),
             "retryable": self.retryable,
             "suggested_action": self.suggested_action,
         }

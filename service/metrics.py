@@ -43,7 +43,7 @@ from sqlalchemy.orm import Session, SessionTransaction
 from sqlmodel import col
 
 from service.drafts.models import Draft, DraftStatus
-from service.errors import UNAUTHENTICATED, DomainError
+from service.errors import DomainError
 from service.executions.models import Execution, ExecutionStatus, OutboxMessage
 from service.sql import utcnow
 
@@ -116,9 +116,9 @@ def multiprocess() -> bool:
 
 @cache
 def _catalogue_codes() -> frozenset[str]:
-    from service.catalogue import domains  # imports every domain's errors: once, when needed
+    from service.catalogue import declared  # imports every domain's errors: once, when needed
 
-    return frozenset(code.code for domain in domains() for code in domain.codes)
+    return frozenset(declared())
 
 
 def bounded_code(code: object) -> str:
@@ -150,7 +150,7 @@ def audit_appended(session: Session, events: Iterable[Any], started: float) -> N
     refusals: dict[str, int] = {}
     for recorded in events:
         if recorded.type.endswith("refused"):
-            reason = _refusal_reason(recorded.type, recorded.data)
+            reason = _refusal_reason(recorded.data)
             suppressed = recorded.data.get("suppressed_before")
             count = 1 + (suppressed if isinstance(suppressed, int) and suppressed > 0 else 0)
             refusals[reason] = refusals.get(reason, 0) + count
@@ -158,12 +158,11 @@ def audit_appended(session: Session, events: Iterable[Any], started: float) -> N
         on_commit(session, REFUSALS.labels(reason).inc, count)
 
 
-def _refusal_reason(type_: str, data: dict[str, Any]) -> str:
+def _refusal_reason(data: dict[str, Any]) -> str:
+    """The code of a refusal's error (service.audit.refusals records one with every refusal;
+    an alarm such as ``security.checkpoint_refused`` has none and counts as ``OTHER``)."""
     error = data.get("error")
-    code = error.get("code") if isinstance(error, dict) else data.get("code")
-    if code is None and type_ == "auth.refused":  # a refused credential records no code
-        code = UNAUTHENTICATED.code
-    return bounded_code(code)
+    return bounded_code(error.get("code") if isinstance(error, dict) else None)
 
 
 def quorum_reached(session: Session, draft: Draft, now: datetime) -> None:

@@ -20,10 +20,7 @@ from typing import TypeVar
 
 from limits import RateLimitItem, parse, storage, strategies
 from limits.errors import StorageError
-from sqlalchemy import Engine
-from sqlmodel import Session
 
-from service.db import session_scope
 from service.errors import rate_limited
 
 logger = logging.getLogger(__name__)
@@ -168,18 +165,3 @@ def _refusal_to_record(
     if count:
         limiter.storage.clear(suppressed)
     return count
-
-
-def record_throttled(
-    engine: Engine,
-    limiter: RateLimiter,
-    key: str,
-    write: Callable[[Session, dict[str, int]], None],
-) -> None:
-    """Audit a refusal unless this window already holds enough of ``key``'s; a written one
-    carries ``{"suppressed_before": n}`` when n refusals went unrecorded since the last."""
-    count = limiter.refusal_to_record(key)
-    if count is None:
-        return
-    with session_scope(engine) as session:
-        write(session, {"suppressed_before": count} if count else {})

@@ -10,6 +10,7 @@ from fastapi.routing import APIRoute
 
 from service.api.console import install_console
 from service.api.console.guard import ApiHeaders
+from service.api.console.refusals import console_first
 from service.api.errors import PROBLEM_JSON, install_error_handlers, problems, refuse_request
 from service.api.observability import TraceContext, observe
 from service.api.publisher import celery_publisher
@@ -46,9 +47,12 @@ def create_app(runtime: Runtime | None = None, *, publisher: Publisher | None = 
     app.state.publisher = publisher or celery_publisher(runtime.settings)
     install_error_handlers(app)
     install_console(app)  # /console/: pages, JSON for its scripts, static files, its guard
-    # Starlette runs the last added outermost: the address limit first, then the body limit.
+    # Starlette runs the last added outermost: the address limit first, then the body limit
+    # (which refuses a /console request the console's way: its session, its error page).
     app.add_middleware(
-        BodyLimit, max_bytes=runtime.settings.max_request_bytes, refuse=refuse_request
+        BodyLimit,
+        max_bytes=runtime.settings.max_request_bytes,
+        refuse=console_first(refuse_request),
     )
     app.add_middleware(AddressLimit, limiter=runtime.limiter, refuse=refuse_request)
     # Around the limits: every 401 of /v1, theirs included, points to the resource metadata.

@@ -17,7 +17,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
 from sqlmodel import Session
 
-from service.audit import actions as audit
+from service.audit.refusals import Refusal, record_refusal_apart, request_context
 from service.db import read_scope, session_scope
 from service.errors import DomainError
 from service.executions.outbox import Publisher
@@ -101,35 +101,30 @@ def authenticate(
     )
 
 
-def record_refusal(
+def record_request_refusal(
     request: Request, runtime: Runtime, principal: Principal, error: DomainError, trace_id: str
 ) -> None:
     """Audit a refused request in its own transaction, as ``<route name>.refused``.
 
-    The one refusal mechanism of the HTTP door: role checks, the unit of work and
-    request validation all end here, and a request is recorded once however many of
-    them see its refusal. Routes are named after what they do ("approval", "audit.query", …).
+    The HTTP door's use of the one recorder (service.audit.refusals): role checks, the unit
+    of work and request validation all end here, and a request is recorded once however many
+    of them see its refusal. Routes are named after what they do ("approval", "audit.query",
+    …); a request refused before routing is a ``request``.
     """
     if getattr(request.state, "refusal_recorded", False):
         return
     request.state.refusal_recorded = True
     operation = getattr(request.scope.get("route"), "name", None) or "request"
-    with session_scope(runtime.engine) as session:
-        audit.record_refusal(
-            session,
-            tenant=principal.tenant,
-            actor=principal.actor,
-            operation=operation,
-            draft_id=_bounded(request.path_params.get("draft_id")),
-            execution_id=_bounded(request.path_params.get("execution_id")),
-            error=error,
-            trace_id=trace_id,
-            data={"method": request.method, "path": request.url.path[:200]},
-        )
-
-
-def _bounded(value: object) -> str | None:
-    return str(value)[:64] if value is not None else None
+    refusal = Refusal.by(
+        principal,
+        operation,
+        error,
+        draft_id=request.path_params.get("draft_id"),
+        execution_id=request.path_params.get("execution_id"),
+        trace_id=trace_id,
+        context=request_context(request.method, request.url.path),
+    )
+    record_refusal_apart(runtime.engine, refusal)
 
 
 def principal_with(*roles: Role) -> Callable[..., Principal]:
@@ -145,7 +140,7 @@ def principal_with(*roles: Role) -> Callable[..., Principal]:
         try:
             principal.require(*roles)
         except DomainError as error:
-            record_refusal(request, runtime, principal, error, trace_id)
+            record_request_refusal(request, runtime, principal, error, trace_id)
             raise
         return principal
 
@@ -167,7 +162,7 @@ def _unit(
             with scope(runtime.engine) as session:
                 yield session
         except DomainError as error:
-            record_refusal(request, runtime, principal, error, trace_id)
+            record_request_refusal(request, runtime, principal, error, trace_id)
             raise
 
     return unit_of_work

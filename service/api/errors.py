@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Message, Scope, Send
 
-from service.api.deps import authenticate, record_refusal
+from service.api.deps import authenticate, record_request_refusal
 from service.db import unavailable
 from service.errors import (
     INTERNAL_ERROR,
@@ -29,7 +29,7 @@ from service.errors import (
     invalid_argument,
 )
 from service.guards import client_address
-from service.tokens.authentication import record_refused
+from service.tokens.authentication import refuse_credential
 from service.tracing import trace_id_from
 from service.validation import MAX_LOCATION
 
@@ -166,11 +166,11 @@ async def refuse_request(scope: Scope, send: Send, error: DomainError) -> None:
         runtime = request.app.state.runtime
         await run_in_threadpool(
             partial(
-                record_refused,
+                refuse_credential,
                 runtime,
+                error,
                 door="http",
                 source=client_address(scope),
-                reason=error.message,
                 trace_id=trace_id_from(request.headers.get("traceparent")),
             )
         )
@@ -199,5 +199,5 @@ def _audit_invalid_request(request: Request, refusal: DomainError) -> DomainErro
         principal = authenticate(runtime, presented, trace_id, source=client_address(request.scope))
     except DomainError as unauthenticated:
         return unauthenticated
-    record_refusal(request, runtime, principal, refusal, trace_id)
+    record_request_refusal(request, runtime, principal, refusal, trace_id)
     return refusal

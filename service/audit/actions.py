@@ -11,7 +11,6 @@ from sqlmodel import Session
 from service.audit import chain, checkpoints, repository
 from service.audit.chain import GENESIS_HASH
 from service.audit.verification import Verification, stored_chain, verify_chain
-from service.errors import DomainError
 
 
 def record(
@@ -70,35 +69,3 @@ def verify(
             "configured to check them (DRAFTGATE_CHECKPOINT_PUBLIC_KEY)",
         )
     return result
-
-
-def record_refusal(
-    session: Session,
-    *,
-    tenant: str,
-    actor: str,
-    operation: str,
-    error: DomainError,
-    draft_id: str | None = None,
-    execution_id: str | None = None,
-    trace_id: str | None = None,
-    data: dict[str, Any] | None = None,
-) -> None:
-    """Audit a refused request as ``<operation>.refused`` with the error's code and message."""
-    record(
-        session,
-        tenant=tenant,
-        actor=actor,
-        type=f"{operation}.refused",
-        draft_id=draft_id,
-        execution_id=execution_id,
-        trace_id=trace_id,
-        data={
-            **(data or {}),
-            "error": {
-                "code": error.code,
-                "category": error.category.value,
-                "message": error.message,
-            },
-        },
-    )

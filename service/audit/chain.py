@@ -28,7 +28,6 @@ from service import metrics
 from service.audit.models import AuditEvent, AuditHead
 from service.canonical import canonical_json, sha256_hex
 from service.sql import insert_or_ignore, rfc3339, utcnow
-from service.webhooks.announce import announce
 
 DOMAIN_PREFIX = b"draftgate.audit.v1\n"
 GENESIS_HASH = "0" * 64
@@ -80,27 +79,31 @@ def discard_recorded(session: Session) -> None:
     session.info.pop(_PENDING_KEY, None)
 
 
-def append_recorded(session: Session) -> None:
-    """Append every recorded event to its tenant's chain, in recording order.
+def append_recorded(session: Session) -> list[dict[str, Any]]:
+    """Append every recorded event to its tenant's chain, in recording order; the appended
+    events as stored (``seq``, ``at``, ``hash`` included), for the caller to act on.
 
-    Called by ``session_scope`` as the last step before commit. The tenant's
-    head row is locked here, at the very end, so the lock is held only for the
-    commit and never ordered before a business row lock (no deadlocks).
+    Called by ``session_scope`` as the last step before commit (which then registers the
+    webhook deliveries they announce). The tenant's head row is locked here, at the very
+    end, so the lock is held only for the commit and never ordered before a business row
+    lock (no deadlocks).
     """
     pending: list[RecordedEvent] = session.info.pop(_PENDING_KEY, [])
     by_tenant: dict[str, list[RecordedEvent]] = {}
     for event in pending:
         by_tenant.setdefault(event.tenant, []).append(event)
     if not by_tenant:
-        return
+        return []
     session.flush()  # the unit's own changes go first, in the order the ORM gives them
     started = time.perf_counter()
+    appended: list[dict[str, Any]] = []
     for tenant in sorted(by_tenant):  # a fixed lock order across tenants
-        _append(session, tenant, by_tenant[tenant])
+        appended += _append(session, tenant, by_tenant[tenant])
     metrics.audit_appended(session, pending, started)
+    return appended
 
 
-def _append(session: Session, tenant: str, recorded: list[RecordedEvent]) -> None:
+def _append(session: Session, tenant: str, recorded: list[RecordedEvent]) -> list[dict[str, Any]]:
     seq, prev_hash, last_at = _lock_head(session, tenant)
     # ``at`` is the moment of joining the chain, taken under the head lock and never
     # before the previous event's, so time and seq order agree: a time range is a
@@ -132,7 +135,7 @@ def _append(session: Session, tenant: str, recorded: list[RecordedEvent]) -> Non
         session.execute(insert(_EVENTS), rows)  # in order; one statement compiled once
         session.execute(moved)
     _refresh_loaded_head(session, tenant, seq, prev_hash, at)
-    announce(session, tenant, rows)  # webhook deliveries, in this same transaction
+    return rows
 
 
 _HEADS: Table = AuditHead.__table__  # type: ignore[attr-defined]

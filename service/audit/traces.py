@@ -137,7 +137,7 @@ def describe(event: AuditEvent) -> str:
             return f"{attempt} will be retried: {failure}"
         case "execution.started":
             return f"{attempt} started" + (" (took over)" if data.get("took_over") else "")
-    if event.type.endswith(".refused"):
+    if event.type.endswith("refused") and error:  # service.audit.refusals' naming
         return f"{event.type}: {failure}"
     return event.type
 

@@ -15,7 +15,7 @@ from sqlmodel import Session
 from service.approvals import repository as approvals
 from service.audit import actions as audit
 from service.canonical import canonical_json, params_sha256, sha256_hex
-from service.drafts import errors, repository
+from service.drafts import errors, repository, state
 from service.drafts.models import Draft, DraftRevision, DraftStatus, IdempotencyKey
 from service.drafts.policy import applied_policy
 from service.drafts.schemas import AgentDraftView, agent_view
@@ -153,24 +153,19 @@ def _validate(
 def _create(
     ctx: ActionContext, draft_id: str, proposal: Proposal, idempotency_key: str | None
 ) -> tuple[Draft, bool]:
-    session, principal, action = ctx.session, ctx.principal, proposal.action
-    dedupe_key = _dedupe_key(principal, action.name, proposal.params_sha256)
-    draft = Draft(
-        id=draft_id,
-        tenant=principal.tenant,
+    session, action = ctx.session, proposal.action
+    draft = state.proposed(
+        draft_id,
+        proposer=ctx.principal,
         action=action.name,
         contract_version=action.contract_version,
-        revision=1,
-        proposed_by=principal.subject,
-        on_behalf_of=principal.on_behalf_of,
+        fields=proposal.fields,
+        now=ctx.now,
         trace_id=ctx.trace_id,
         idempotency_key=idempotency_key,
-        status=DraftStatus.PROPOSED,
-        open_dedupe_key=dedupe_key,
-        created_at=ctx.now,
-        updated_at=ctx.now,
-        **proposal.fields,
     )
+    dedupe_key = draft.open_dedupe_key
+    assert dedupe_key is not None
     # Insert first, look only on a conflict: an identical open draft is the rare case.
     inserted = repository.insert_draft_unless_duplicate(session, draft)
     if not inserted:
@@ -199,21 +194,20 @@ def _revise(ctx: ActionContext, draft_id: str, proposal: Proposal) -> tuple[Draf
         raise errors.draft_not_revisable(draft.id, draft.status.value)
     if proposal.params_sha256 == draft.params_sha256:
         return draft, True  # nothing changed: the same revision stands
-    dedupe_key = _dedupe_key(principal, action.name, proposal.params_sha256)
-    twin = repository.by_open_dedupe_key(session, dedupe_key)
+    twin = repository.by_open_dedupe_key(
+        session, state.dedupe_key(principal, action.name, proposal.params_sha256)
+    )
     if twin is not None and not expire_if_due(session, twin, now=ctx.now):
         raise errors.duplicate_open_draft(twin.id)
-    # A revision is not a change of status: the draft stays proposed, with a new digest,
-    # under the action's current contract (so every approval must be given anew).
-    for name, value in proposal.fields.items():
-        setattr(draft, name, value)
-    draft.contract_version = action.contract_version
-    draft.revision += 1
-    draft.open_dedupe_key = dedupe_key
-    draft.trace_id = ctx.trace_id or draft.trace_id
-    draft.updated_at = ctx.now
-    session.add(draft)
-    session.flush()
+    state.revise(
+        session,
+        draft,
+        proposer=principal,
+        contract_version=action.contract_version,
+        fields=proposal.fields,
+        now=ctx.now,
+        trace_id=ctx.trace_id,
+    )
     _record_revision(ctx, draft, event="draft.revised")
     return draft, False
 
@@ -302,11 +296,6 @@ def masked_params(action: WriteAction | None, params: dict[str, Any]) -> dict[st
         return action.masked(action.Input.model_validate_json(json.dumps(params)))
     except ValidationError:
         return {}
-
-
-def _dedupe_key(principal: Principal, action: str, digest: str) -> str:
-    scope = [principal.tenant, principal.subject, principal.on_behalf_of, action, digest]
-    return sha256_hex(canonical_json(scope))
 
 
 def _proposed_by(draft: Draft, principal: Principal) -> bool:

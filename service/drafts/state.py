@@ -1,19 +1,25 @@
-"""The one owner of a draft's status (DESIGN.md §3): the only code that writes it.
+"""The one owner of a draft row (DESIGN.md §3): its creation, its revisions, its status.
 
-Every change of status goes through ``transition``, which knows the allowed moves,
-keeps ``open_dedupe_key`` and ``updated_at`` right, and records the ``draft.<status>``
-audit event in the same unit of work.
+A new draft is made by ``proposed`` (revision 1, its contract version, its open dedupe
+key), a new revision by ``revise``, and every change of status goes through ``transition``,
+which knows the allowed moves, keeps ``open_dedupe_key`` and ``updated_at`` right, and
+records the ``draft.<status>`` audit event in the same unit of work. Nothing else writes the
+columns tests/test_row_owners.py guards.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from sqlmodel import Session
 
 from service.audit import actions as audit
+from service.canonical import canonical_json, sha256_hex
 from service.drafts.models import OPEN_STATUSES, Draft, DraftStatus
+from service.principal import Principal
+from service.row_owners import ROW_OWNERS
 
 S = DraftStatus
 
@@ -37,6 +43,79 @@ TRANSITIONS: dict[DraftStatus, frozenset[DraftStatus]] = {
 
 class IllegalTransition(RuntimeError):
     """A caller asked for a move the state machine does not allow: a bug, never user input."""
+
+
+def dedupe_key(principal: Principal, action: str, params_sha256: str) -> str:
+    """sha256(tenant, proposer, end user, action, params): one open draft per such key (a
+    unique index makes it atomic), so an identical proposal returns the open one."""
+    scope = [principal.tenant, principal.subject, principal.on_behalf_of, action, params_sha256]
+    return sha256_hex(canonical_json(scope))
+
+
+def proposed(
+    draft_id: str,
+    *,
+    proposer: Principal,
+    action: str,
+    contract_version: int,
+    fields: Mapping[str, Any],
+    now: datetime,
+    trace_id: str | None,
+    idempotency_key: str | None,
+) -> Draft:
+    """A new draft at revision 1, proposed under ``contract_version`` and holding its open
+    dedupe key; not yet inserted (repository.insert_draft_unless_duplicate)."""
+    _check_fields(fields)
+    return Draft(
+        id=draft_id,
+        tenant=proposer.tenant,
+        action=action,
+        contract_version=contract_version,
+        revision=1,
+        proposed_by=proposer.subject,
+        on_behalf_of=proposer.on_behalf_of,
+        trace_id=trace_id,
+        idempotency_key=idempotency_key,
+        status=DraftStatus.PROPOSED,
+        open_dedupe_key=dedupe_key(proposer, action, str(fields["params_sha256"])),
+        created_at=now,
+        updated_at=now,
+        **fields,
+    )
+
+
+def revise(
+    session: Session,
+    draft: Draft,
+    *,
+    proposer: Principal,
+    contract_version: int,
+    fields: Mapping[str, Any],
+    now: datetime,
+    trace_id: str | None,
+) -> None:
+    """Make ``fields`` the proposed draft's next revision, under the action's current
+    contract. Not a change of status (it stays proposed), but a new digest: every approval
+    must be given anew. Refuses a draft that is not proposed (a bug: the caller checks)."""
+    if draft.status is not DraftStatus.PROPOSED:
+        raise IllegalTransition(f"draft {draft.id}: {draft.status.value} cannot be revised")
+    _check_fields(fields)
+    for name, value in fields.items():
+        setattr(draft, name, value)
+    draft.contract_version = contract_version
+    draft.revision += 1
+    draft.open_dedupe_key = dedupe_key(proposer, draft.action, draft.params_sha256)
+    draft.trace_id = trace_id or draft.trace_id
+    draft.updated_at = now
+    session.add(draft)
+    session.flush()
+
+
+def _check_fields(fields: Mapping[str, Any]) -> None:
+    """A proposal's content never carries the columns this module keeps itself."""
+    owned = ROW_OWNERS["drafts"].columns & set(fields)
+    if owned:
+        raise ValueError(f"written by drafts.state only: {sorted(owned)}")
 
 
 def allowed(current: DraftStatus, target: DraftStatus) -> bool:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import secrets
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from sqlmodel import Session
 
@@ -13,8 +12,8 @@ from service.drafts import repository as drafts_repository
 from service.drafts import state as draft_state
 from service.drafts.errors import draft_expired, draft_unavailable
 from service.drafts.models import Draft, DraftStatus
-from service.executions import errors, repository
-from service.executions.models import Execution, ExecutionStatus, OutboxMessage
+from service.executions import errors, repository, state
+from service.executions.models import Execution, OutboxMessage
 from service.executions.schemas import EXECUTE_TASK
 from service.principal import Principal, Role
 from service.runtime import Runtime
@@ -42,7 +41,12 @@ def request(
     if existing is not None:
         return existing, False
     approvers = _check_executable(session, runtime, draft, now=now)
-    execution = _new_execution(principal, draft, now=now, runtime=runtime)
+    execution = state.queued(
+        draft,
+        requested_by=principal.actor,
+        now=now,
+        republish_after=runtime.settings.republish_after_seconds,
+    )
     if not repository.insert_unless_exists(session, execution):
         winner = repository.for_draft(session, draft.id)
         assert winner is not None
@@ -93,24 +97,3 @@ def _check_executable(
         # since, or someone changed the database behind our back. Refuse, loudly.
         raise quorum.refusal()
     return quorum.approvers
-
-
-def _new_execution(
-    principal: Principal, draft: Draft, *, now: datetime, runtime: Runtime
-) -> Execution:
-    republish_after = timedelta(seconds=runtime.settings.republish_after_seconds)
-    return Execution(
-        id="exe_" + secrets.token_hex(12),
-        tenant=draft.tenant,
-        draft_id=draft.id,
-        revision=draft.revision,
-        action=draft.action,
-        idempotency_key=f"{draft.id}:{draft.revision}",
-        status=ExecutionStatus.QUEUED,
-        requested_by=principal.actor,
-        trace_id=draft.trace_id,
-        created_at=now,
-        updated_at=now,
-        # Its first publish follows the commit; the sweeper steps in only if that is lost.
-        republish_at=now + republish_after,
-    )

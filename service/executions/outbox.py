@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from sqlalchemy import Engine
-from sqlmodel import Session
 
 from service.db import session_scope
-from service.executions import repository
+from service.executions import repository, state
 from service.executions.models import Execution
 from service.sql import utcnow
 from service.tracing import continued
@@ -32,17 +31,6 @@ def publish_execution(publish: Publisher, task: str, execution: Execution) -> No
     stored traceparent, else its trace id), however long after and from whichever process."""
     with continued(execution.traceparent, execution.trace_id):
         publish(task, [execution.id])
-
-
-def mark_published(session: Session, execution: Execution, *, now: datetime, after: float) -> None:
-    """Remember a publish; the sweeper waits twice as long after each one before the next."""
-    execution.publishes += 1
-    backoff = min(after * 2 ** (execution.publishes - 1), MAX_REPUBLISH_BACKOFF_SECONDS)
-    execution.republish_at = now + timedelta(seconds=backoff)
-    session.add(execution)
-
-
-MAX_REPUBLISH_BACKOFF_SECONDS = 3_600
 
 
 def publish_pending(
@@ -81,7 +69,7 @@ def publish_pending(
                 message.published_at = now
                 message.publish_count += 1
                 session.add(message)
-                mark_published(session, execution, now=now, after=republish_after)
+                state.mark_published(session, execution, now=now, after=republish_after)
         except Exception:  # the broker is down: leave the row for the sweeper
             logger.warning(
                 "could not publish outbox message %s; the sweeper will retry",

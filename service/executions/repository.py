@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import func, update
+from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from service.executions.models import Execution, ExecutionAttempt, ExecutionStatus, OutboxMessage
@@ -105,20 +105,6 @@ def never_started(
         .limit(limit)
     )
     return list(session.exec(statement).all())
-
-
-def renew_lease(session: Session, execution_id: str, attempt: int, *, until: datetime) -> bool:
-    """Extend the lease of a running attempt; False if the attempt no longer owns it."""
-    result = session.execute(
-        update(Execution)
-        .where(
-            col(Execution.id) == execution_id,
-            col(Execution.attempts) == attempt,
-            col(Execution.status) == ExecutionStatus.RUNNING,
-        )
-        .values(lease_expires_at=until)
-    )
-    return bool(getattr(result, "rowcount", 0))
 
 
 def owned_by(session: Session, execution_id: str, attempt: int) -> bool:

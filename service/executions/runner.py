@@ -33,6 +33,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
 from service.approvals.actions import check_quorum
+from service.catalogue import error_code
 from service.db import session_scope
 from service.drafts import repository as drafts_repository
 from service.drafts.errors import contract_changed
@@ -120,17 +121,13 @@ def _claim(runtime: Runtime, execution_id: str) -> Claim | RunResult:
             return RunResult(ExecutionStatus.EXPIRED.value)
         refusal = _refusal(session, runtime, execution, draft)
         if refusal is not None:
-            state.fail(
+            state.refuse(
                 session,
                 execution,
                 draft,
                 now=now,
-                error=refusal.error(),
-                reason="the approvals could not be verified, so nothing was executed"
-                if refusal.security
-                else f"{refusal.message.rstrip('.')}",
-                event="security.execution_refused" if refusal.security else "execution.refused",
-                event_data={"problem": refusal.message, "code": refusal.code},
+                error=refusal.as_error(),
+                security=refusal.security,
             )
             return RunResult(ExecutionStatus.FAILED.value)
         assert draft is not None
@@ -194,8 +191,8 @@ class Refusal:
     message: str
     security: bool
 
-    def error(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, "security": self.security}
+    def as_error(self) -> DomainError:
+        return error_code(self.code)(self.message)
 
 
 def _refusal(
@@ -266,7 +263,7 @@ def _heartbeat(runtime: Runtime, claim: Claim) -> Iterator[None]:
             try:
                 with session_scope(runtime.engine) as session:
                     until = utcnow() + timedelta(seconds=lease)
-                    if not repository.renew_lease(
+                    if not state.renew_lease(
                         session, claim.execution_id, claim.attempt, until=until
                     ):
                         return  # taken over: the fencing check stops this attempt's commit
@@ -335,7 +332,7 @@ def _record_failure(runtime: Runtime, claim: Claim, error: DomainError) -> RunRe
         if execution is None:
             return RunResult("superseded")
         now = utcnow()
-        detail = {"code": error.code, "category": error.category.value, "message": error.message}
+        detail = error.audit_form()
         if error.retryable and execution.attempts < settings.execution_max_attempts:
             delay = min(
                 settings.execution_retry_base_seconds * 2 ** (execution.attempts - 1),

@@ -1,21 +1,27 @@
-"""The one owner of an execution's status, its attempts, and its draft's matching status.
+"""The one owner of an execution row: its creation (queued), its status, its attempts and
+lease, its publish bookkeeping, and its draft's matching status.
 
-The runner decides what happens; these functions write it, each together with the
-audit events that describe the change, and move the draft in step through the
-draft's own state owner.
+The use cases, the runner, the outbox and the sweeper decide what happens; these functions
+write it, each together with the audit events that describe the change, and move the draft
+in step through the draft's own state owner. Nothing else writes the columns
+tests/test_row_owners.py guards.
 """
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlmodel import Session
+from sqlalchemy import update
+from sqlmodel import Session, col
 
-from service import metrics
+from service import metrics, republish
 from service.audit import actions as audit
+from service.audit.refusals import Refusal, record_refusal
 from service.drafts import state as draft_state
 from service.drafts.models import Draft, DraftStatus
+from service.errors import DomainError
 from service.executions import errors, repository
 from service.executions.models import (
     AttemptResult,
@@ -40,6 +46,48 @@ TRANSITIONS: dict[ExecutionStatus, frozenset[ExecutionStatus]] = {
 
 class IllegalTransition(RuntimeError):
     """A move the execution state machine does not allow: a bug, never user input."""
+
+
+def queued(draft: Draft, *, requested_by: str, now: datetime, republish_after: float) -> Execution:
+    """The draft's one execution, queued (not yet inserted: repository.insert_unless_exists).
+    Its first publish follows the commit; the sweeper steps in only if that one is lost."""
+    return Execution(
+        id="exe_" + secrets.token_hex(12),
+        tenant=draft.tenant,
+        draft_id=draft.id,
+        revision=draft.revision,
+        action=draft.action,
+        idempotency_key=f"{draft.id}:{draft.revision}",
+        status=ExecutionStatus.QUEUED,
+        requested_by=requested_by,
+        trace_id=draft.trace_id,
+        created_at=now,
+        updated_at=now,
+        republish_at=now + timedelta(seconds=republish_after),
+    )
+
+
+def mark_published(session: Session, execution: Execution, *, now: datetime, after: float) -> None:
+    """Remember a publish of the execution's task; the sweeper publishes it again only after
+    the backoff (service.republish) if nothing happened by then."""
+    execution.publishes += 1
+    execution.republish_at = now + republish.backoff(execution.publishes, after=after)
+    session.add(execution)
+
+
+def renew_lease(session: Session, execution_id: str, attempt: int, *, until: datetime) -> bool:
+    """Extend the lease of a running attempt (the worker's heartbeat, in a statement of its
+    own: no row is loaded); False if the attempt no longer owns it."""
+    result = session.execute(
+        update(Execution)
+        .where(
+            col(Execution.id) == execution_id,
+            col(Execution.attempts) == attempt,
+            col(Execution.status) == ExecutionStatus.RUNNING,
+        )
+        .values(lease_expires_at=until)
+    )
+    return bool(getattr(result, "rowcount", 0))
 
 
 def start_attempt(
@@ -128,13 +176,47 @@ def fail(
     error: dict[str, Any],
     reason: str,
     attempt_detail: dict[str, Any] | None = None,
-    event: str = "execution.failed",
     event_data: dict[str, Any] | None = None,
 ) -> None:
-    """End the execution as failed; ``event`` names why (a refusal is a security event)."""
+    """End the execution as failed (a business failure, or retries used up)."""
     close_attempt(session, execution, AttemptResult.FAILED, now=now, detail=attempt_detail or error)
     _finish(session, execution, ExecutionStatus.FAILED, now=now, error=error)
-    record(session, execution, event, event_data or {"attempt": execution.attempts, "error": error})
+    data = event_data or {"attempt": execution.attempts, "error": error}
+    record(session, execution, "execution.failed", data)
+    _move_draft(session, execution, draft, DraftStatus.FAILED, now=now, reason=reason)
+
+
+def refuse(
+    session: Session,
+    execution: Execution,
+    draft: Draft | None,
+    *,
+    now: datetime,
+    error: DomainError,
+    security: bool,
+) -> None:
+    """End an execution the worker refused to run at claim time, audited as a refusal
+    (``execution.refused``; ``security.execution_refused`` when its approvals do not verify,
+    which means the stored rows were changed behind draftgate's back)."""
+    detail = {**error.audit_form(), "security": security}
+    close_attempt(session, execution, AttemptResult.FAILED, now=now, detail=detail)
+    _finish(session, execution, ExecutionStatus.FAILED, now=now, error=detail)
+    refusal = Refusal(
+        "execution",
+        error,
+        execution.tenant,
+        WORKER,
+        draft_id=execution.draft_id,
+        execution_id=execution.id,
+        trace_id=execution.trace_id,
+        security=security,
+    )
+    record_refusal(session, refusal)
+    reason = (
+        "the approvals could not be verified, so nothing was executed"
+        if security
+        else error.message.rstrip(".")
+    )
     _move_draft(session, execution, draft, DraftStatus.FAILED, now=now, reason=reason)
 
 
@@ -146,7 +228,7 @@ def expire(
         f"it did not start within {deadline} s of the execution request, so it will not run "
         "late; nothing was executed"
     )
-    error = {"code": errors.EXECUTION_EXPIRED.code, "message": reason}
+    error = errors.EXECUTION_EXPIRED(reason).audit_form()
     _finish(session, execution, ExecutionStatus.EXPIRED, now=now, error=error)
     record(session, execution, "execution.expired", {"deadline_seconds": deadline})
     _move_draft(session, execution, draft, DraftStatus.EXPIRED, now=now, reason=reason)

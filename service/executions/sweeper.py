@@ -21,12 +21,7 @@ from service.drafts import repository as drafts_repository
 from service.drafts.state import expire_if_due
 from service.executions import repository, state
 from service.executions.models import ExecutionStatus
-from service.executions.outbox import (
-    Publisher,
-    mark_published,
-    publish_execution,
-    publish_pending,
-)
+from service.executions.outbox import Publisher, publish_execution, publish_pending
 from service.executions.schemas import EXECUTE_TASK
 from service.runtime import Runtime
 from service.sql import utcnow
@@ -88,7 +83,9 @@ def _republish_stalled(
     stalled = repository.stalled(session, now=now)
     for execution in stalled:
         publish_execution(publish, EXECUTE_TASK, execution)
-        mark_published(session, execution, now=now, after=runtime.settings.republish_after_seconds)
+        state.mark_published(
+            session, execution, now=now, after=runtime.settings.republish_after_seconds
+        )
         audit.record(
             session,
             tenant=execution.tenant,

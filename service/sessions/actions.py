@@ -190,35 +190,6 @@ def end(
     return True
 
 
-def record_refused_request(
-    session: Session,
-    *,
-    tenant: str,
-    actor: str,
-    reason: str,
-    code: str,
-    method: str,
-    path: str,
-    trace_id: str | None = None,
-    extra: dict[str, int] | None = None,
-) -> None:
-    """Audit a console request refused before any route ran (cross-origin, no origin proof)."""
-    data: dict[str, Any] = {
-        "method": method[:16],
-        "path": path[:200],
-        "error": {"code": code, "message": reason[:500]},
-        **(extra or {}),
-    }
-    audit.record(
-        session,
-        tenant=tenant,
-        actor=actor,
-        type="console.request.refused",
-        data=data,
-        trace_id=trace_id,
-    )
-
-
 def _described(row: ConsoleSession) -> dict[str, Any]:
     return {
         "session_id": row.id,

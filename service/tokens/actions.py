@@ -9,7 +9,8 @@ from typing import Any
 from sqlmodel import Session
 
 from service.audit import actions as audit
-from service.errors import invalid_argument, unauthenticated
+from service.audit.refusals import Refusal
+from service.errors import DomainError, invalid_argument, unauthenticated
 from service.principal import Principal, Role
 from service.sql import utcnow
 from service.tokens import errors, repository
@@ -129,25 +130,20 @@ def authenticate(
     )
 
 
-def record_refused_credential(
-    session: Session,
+def refused_credential(
+    error: DomainError,
     *,
     tenant: str,
     door: str,
-    reason: str,
     trace_id: str | None = None,
     presented: str | None = None,
-    extra: dict[str, int] | None = None,
-) -> None:
-    """Audit a refused credential: a short prefix of its digest is kept, never the secret.
-
-    ``extra`` carries the count of refusals a flood left unrecorded (``suppressed_before``)."""
-    data: dict[str, Any] = {"door": door, "reason": reason, **(extra or {})}
+) -> Refusal:
+    """A refused credential, as ``auth.refused`` records it: the door, the reason, and a short
+    prefix of the presented secret's digest (to tell repeated tries apart), never the secret."""
+    context: dict[str, Any] = {"door": door, "reason": error.message}
     if presented:
-        data["token_sha256_prefix"] = digest(presented)[:12]
-    audit.record(
-        session, tenant=tenant, actor="anonymous", type="auth.refused", data=data, trace_id=trace_id
-    )
+        context["token_sha256_prefix"] = digest(presented)[:12]
+    return Refusal("auth", error, tenant, trace_id=trace_id, context=context)
 
 
 def info(token: ApiToken) -> TokenInfo:

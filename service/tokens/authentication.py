@@ -9,8 +9,7 @@ apart from opaque tokens by their shape alone, so opaque tokens never wait on th
 
 from __future__ import annotations
 
-from sqlmodel import Session
-
+from service.audit.refusals import Throttle, record_refusal_apart
 from service.db import lookup_scope
 from service.errors import UNAUTHENTICATED, DomainError
 from service.oidc.config import oidc_config
@@ -18,7 +17,6 @@ from service.oidc.refusals import TokenRefused
 from service.oidc.tokens import looks_like_jwt
 from service.oidc.verifier import authenticate_jwt
 from service.principal import Principal, Role
-from service.ratelimit import record_throttled
 from service.runtime import Runtime
 from service.tokens import actions as tokens
 
@@ -47,13 +45,8 @@ def authenticate_presented(
         if limit_token:
             runtime.limiter.check_token(principal.token_id)
     except DomainError as error:
-        record_refused(
-            runtime,
-            door=door,
-            source=source,
-            reason=error.message,
-            trace_id=trace_id,
-            presented=presented,
+        refuse_credential(
+            runtime, error, door=door, source=source, trace_id=trace_id, presented=presented
         )
         raise
     return principal
@@ -87,26 +80,23 @@ def _principal_of(
     return principal
 
 
-def record_refused(
+def refuse_credential(
     runtime: Runtime,
+    error: DomainError,
     *,
     door: str,
     source: str,
-    reason: str,
     trace_id: str | None,
     presented: str | None = None,
 ) -> None:
-    """Audit one refused credential (in the default tenant's chain), throttled per source."""
-
-    def write(session: Session, extra: dict[str, int]) -> None:
-        tokens.record_refused_credential(
-            session,
-            tenant=runtime.settings.default_tenant,
-            door=door,
-            reason=reason,
-            trace_id=trace_id,
-            presented=presented,
-            extra=extra,
-        )
-
-    record_throttled(runtime.engine, runtime.limiter, f"auth:{door}:{source}", write)
+    """Audit one refused credential (in the default tenant's chain: a refused credential
+    proves no tenant), throttled per door and client address."""
+    refusal = tokens.refused_credential(
+        error,
+        tenant=runtime.settings.default_tenant,
+        door=door,
+        trace_id=trace_id,
+        presented=presented,
+    )
+    throttle = Throttle(runtime.limiter, f"auth:{door}:{source}")
+    record_refusal_apart(runtime.engine, refusal, throttle=throttle)

@@ -1,4 +1,4 @@
-"""One agent tool call, start to finish, and the audit record of calls that were refused."""
+"""One agent tool call, start to finish, and what is recorded of a call that was refused."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 from sqlmodel import Session
 
 from service.audit import actions as audit
+from service.audit.refusals import Refusal
 from service.db import run_read, run_unit, session_scope
 from service.drafts import actions as drafts
 from service.drafts.schemas import AgentDraftView
@@ -20,7 +21,6 @@ from service.registry.base import ActionContext
 from service.registry.loader import ActionRegistry, exposed_name
 from service.runtime import Runtime
 from service.sql import utcnow
-from service.text import inert
 from service.toolcalls import errors
 from service.toolcalls.schemas import (
     CONTROL_FIELDS,
@@ -218,41 +218,22 @@ def _draft_status(
 _HANDLERS = {ToolKind.READ: _read, ToolKind.PROPOSE: _propose, ToolKind.DRAFT_STATUS: _draft_status}
 
 
-def record_refused_call(
-    session: Session,
+def refused_call(
     principal: Principal,
+    error: DomainError,
     *,
     name: str,
     arguments: Any,
-    error: DomainError,
     latency_us: int,
     trace_id: str | None,
-    extra: dict[str, int] | None = None,
-) -> None:
-    """Audit a refused tool call. Values may be invalid or hostile, so only field names are kept.
-
-    ``extra`` carries the count of refusals a flood left unrecorded (``suppressed_before``)."""
-    argument_names = (
-        sorted(inert(str(key))[:64] for key in arguments)[:32]
-        if isinstance(arguments, dict)
-        else []
-    )
-    audit.record(
-        session,
-        tenant=principal.tenant,
-        actor=principal.actor,
-        type="tool.refused",
-        trace_id=trace_id,
-        data={
-            "tool": inert(name)[:128],
-            "argument_names": argument_names,
-            "outcome": "refused",
-            "error": {
-                "code": error.code,
-                "category": error.category.value,
-                "message": error.message,
-            },
-            "latency_us": latency_us,
-            **(extra or {}),
-        },
-    )
+) -> Refusal:
+    """A refused tool call, as ``tool.refused`` records it. Its values may be invalid or
+    hostile, so only the argument names are kept, never the values."""
+    argument_names = sorted(str(key) for key in arguments) if isinstance(arguments, dict) else []
+    context = {
+        "tool": name,
+        "argument_names": argument_names,
+        "outcome": "refused",
+        "latency_us": latency_us,
+    }
+    return Refusal.by(principal, "tool", error, trace_id=trace_id, context=context)

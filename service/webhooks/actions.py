@@ -16,8 +16,7 @@ from service.audit import actions as audit
 from service.principal import Principal, Role
 from service.runtime import Runtime
 from service.validation import parse
-from service.webhooks import crypto, errors, repository
-from service.webhooks.announce import delivery_row
+from service.webhooks import crypto, errors, repository, state
 from service.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from service.webhooks.schemas import (
     EVENT_TYPES,
@@ -102,10 +101,10 @@ def send_test(
     if endpoint is None:
         raise errors.webhook_unavailable(endpoint_id)
     facts = {"subject_status": "test", "draft_id": None, "execution_id": None}
-    row = delivery_row(endpoint, TEST_EVENT, facts, at=now)
-    repository.insert_deliveries(session, [row])
-    _audit(session, principal, "webhook.test_requested", endpoint, delivery_id=row["id"])
-    return TestQueued(delivery_id=row["id"], status=row["status"])
+    delivery = state.pending(endpoint, TEST_EVENT, facts, at=now)
+    state.register(session, [delivery])
+    _audit(session, principal, "webhook.test_requested", endpoint, delivery_id=delivery.id)
+    return TestQueued(delivery_id=delivery.id, status=delivery.status)
 
 
 def deliveries(

@@ -1,70 +1,47 @@
-"""Deliveries are created where audit events join the chain: in the same transaction.
+"""Which deliveries the events a unit of work appended to the audit chain announce.
 
-``service.audit.chain`` calls ``announce`` with the events it has just appended, so every
-announced change (a draft proposed, approved, …) gets its delivery rows exactly when it
-commits, whichever door or process made it, and a rolled-back change announces nothing.
-The cost on the hot path: a set lookup per event, and one indexed query on
-``webhook_endpoints`` only for units that append an announced event.
+The unit of work calls ``announce`` with the events its append has just joined to the
+chains (service.db.session_scope, right after ``chain.append_recorded``, before the commit),
+so every announced change (a draft proposed, approved, …) gets its delivery rows exactly
+when it commits, whichever door or process made it, and a rolled-back change announces
+nothing. The rows themselves are written by their owner (service.webhooks.state). The cost
+on the hot path: a set lookup per event, and one indexed query on ``webhook_endpoints`` per
+tenant only for units that append an announced event.
 """
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 from sqlmodel import Session
 
 from service.drafts.models import Draft
 from service.executions.models import Execution
-from service.webhooks import repository
-from service.webhooks.models import DeliveryStatus, WebhookEndpoint
+from service.webhooks import repository, state
 from service.webhooks.schemas import WEBHOOK_EVENT_FOR
 
 
-def new_delivery_id() -> str:
-    return "msg_" + secrets.token_hex(12)
-
-
-def announce(session: Session, tenant: str, events: Sequence[dict[str, Any]]) -> None:
-    """Create a pending delivery for each announced event and each endpoint subscribed to it."""
-    announced = [event for event in events if event["type"] in WEBHOOK_EVENT_FOR]
-    if not announced:
-        return
-    endpoints = repository.active_endpoints(session, tenant)
-    if not endpoints:
-        return
-    rows = []
-    for event in announced:
-        event_type = WEBHOOK_EVENT_FOR[event["type"]]
-        facts = _facts(session, event_type, event)
-        rows += [
-            delivery_row(endpoint, event_type, facts, at=event["at"])
-            for endpoint in endpoints
-            if event_type in endpoint.events
-        ]
-    if rows:
-        repository.insert_deliveries(session, rows)
-
-
-def delivery_row(
-    endpoint: WebhookEndpoint, event_type: str, facts: dict[str, Any], *, at: datetime
-) -> dict[str, Any]:
-    return {
-        "id": new_delivery_id(),
-        "tenant": endpoint.tenant,
-        "endpoint_id": endpoint.id,
-        "event_type": event_type,
-        "occurred_at": at,
-        "status": DeliveryStatus.PENDING,
-        "attempts": 0,
-        "publishes": 0,
-        "next_attempt_at": at,
-        "republish_at": None,  # the next sweep publishes it
-        "created_at": at,
-        **facts,
-    }
+def announce(session: Session, appended: Sequence[dict[str, Any]]) -> None:
+    """Register a pending delivery for each announced event of ``appended`` (the rows the
+    chain appended, as ``chain.append_recorded`` returns them) and each endpoint of its
+    tenant subscribed to it."""
+    announced = [event for event in appended if event["type"] in WEBHOOK_EVENT_FOR]
+    tenants = sorted({event["tenant"] for event in announced})
+    deliveries = []
+    for tenant in tenants:
+        endpoints = repository.active_endpoints(session, tenant)
+        if not endpoints:
+            continue
+        for event in (event for event in announced if event["tenant"] == tenant):
+            event_type = WEBHOOK_EVENT_FOR[event["type"]]
+            facts = _facts(session, event_type, event)
+            deliveries += [
+                state.pending(endpoint, event_type, facts, at=event["at"])
+                for endpoint in endpoints
+                if event_type in endpoint.events
+            ]
+    state.register(session, deliveries)
 
 
 def _facts(session: Session, event_type: str, event: dict[str, Any]) -> dict[str, Any]:

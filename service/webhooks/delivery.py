@@ -38,7 +38,7 @@ from service.db import session_scope
 from service.errors import DomainError
 from service.runtime import Runtime
 from service.sql import rfc3339, utcnow
-from service.webhooks import crypto, repository
+from service.webhooks import crypto, repository, state
 from service.webhooks.models import DeliveryStatus, WebhookAttempt, WebhookDelivery
 from service.webhooks.urls import Target, checked_url, resolve
 
@@ -226,14 +226,10 @@ def _claim(runtime: Runtime, delivery_id: str) -> Claim | DeliveryResult:
             reason = problem.message if isinstance(problem, DomainError) else str(problem)
             _give_up(session, delivery, now=now, error=reason)
             return DeliveryResult(DeliveryStatus.FAILED.value)
-        delivery.attempts += 1
-        delivery.lease_expires_at = now + timedelta(
-            seconds=3 * settings.webhook_timeout_seconds + LEASE_MARGIN_SECONDS
-        )
-        delivery.republish_at = delivery.lease_expires_at  # if this worker dies
-        session.add(delivery)
+        lease = 3 * settings.webhook_timeout_seconds + LEASE_MARGIN_SECONDS
+        attempt = state.start_attempt(session, delivery, now=now, lease_seconds=lease)
         body = canonical_json(payload(delivery, api_public_url=settings.api_public_url))
-        return Claim(delivery.id, delivery.attempts, url, secret, body)
+        return Claim(delivery.id, attempt, url, secret, body)
 
 
 def _record(runtime: Runtime, claim: Claim, sent: Sent) -> DeliveryResult:
@@ -255,16 +251,14 @@ def _record(runtime: Runtime, claim: Claim, sent: Sent) -> DeliveryResult:
         assert delivery is not None
         if delivery.status is not DeliveryStatus.PENDING or delivery.attempts != claim.attempt:
             return DeliveryResult(delivery.status.value)  # another worker took over meanwhile
-        delivery.lease_expires_at = None
-        delivery.last_status_code = sent.status_code
-        delivery.last_error = sent.error
+        state.end_attempt(session, delivery, status_code=sent.status_code, error=sent.error)
         outcome = _attempt_data(delivery, sent)
         if sent.ok:
-            _finish(session, delivery, DeliveryStatus.DELIVERED, now=now)
+            state.finish(session, delivery, DeliveryStatus.DELIVERED, now=now)
             _audit(session, delivery, "webhook.delivered", outcome)
             return DeliveryResult(DeliveryStatus.DELIVERED.value)
         if delivery.attempts >= settings.webhook_max_attempts:
-            _finish(session, delivery, DeliveryStatus.FAILED, now=now)
+            state.finish(session, delivery, DeliveryStatus.FAILED, now=now)
             _audit(session, delivery, "webhook.failed", outcome)
             return DeliveryResult(DeliveryStatus.FAILED.value)
         return _retry_later(session, delivery, settings, now=now, outcome=outcome)
@@ -279,33 +273,21 @@ def _retry_later(
     outcome: dict[str, Any],
 ) -> DeliveryResult:
     delay = backoff_seconds(settings, delivery.attempts)
-    delivery.next_attempt_at = now + timedelta(seconds=delay)
     # A countdown the broker can hold without redelivering it (Redis redelivers what was not
     # acknowledged within its visibility timeout): the task retries itself, and the sweeper
     # steps in only well after it is due. Longer waits are left to the sweeper alone.
     by_task = delay <= settings.broker_visibility_timeout_seconds / 2
     grace = settings.republish_after_seconds if by_task else 0
-    delivery.republish_at = delivery.next_attempt_at + timedelta(seconds=grace)
-    session.add(delivery)
+    state.retry_later(session, delivery, now=now, delay=delay, grace=grace)
     _audit(session, delivery, "webhook.retry_scheduled", {**outcome, "retry_in_seconds": delay})
     return DeliveryResult(DeliveryStatus.PENDING.value, retry_in=delay if by_task else None)
 
 
 def _give_up(session: Session, delivery: WebhookDelivery, *, now: datetime, error: str) -> None:
     """End a delivery that cannot be sent at all (no attempt is made)."""
-    delivery.last_error = error[:MAX_ERROR_CHARS]
-    _finish(session, delivery, DeliveryStatus.FAILED, now=now)
-    _audit(session, delivery, "webhook.failed", {**_ids(delivery), "problem": delivery.last_error})
-
-
-def _finish(
-    session: Session, delivery: WebhookDelivery, status: DeliveryStatus, *, now: datetime
-) -> None:
-    delivery.status = status
-    delivery.finished_at = now
-    delivery.lease_expires_at = None
-    delivery.republish_at = None
-    session.add(delivery)
+    problem = error[:MAX_ERROR_CHARS]
+    state.finish(session, delivery, DeliveryStatus.FAILED, now=now, error=problem)
+    _audit(session, delivery, "webhook.failed", {**_ids(delivery), "problem": problem})
 
 
 def _ids(delivery: WebhookDelivery) -> dict[str, Any]:

@@ -11,14 +11,13 @@ claims under a row lock and drops what is not due.
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 
 from sqlalchemy import Engine
 
 from service.db import session_scope
-from service.executions.outbox import MAX_REPUBLISH_BACKOFF_SECONDS, Publisher
+from service.executions.outbox import Publisher
 from service.sql import utcnow
-from service.webhooks import repository
+from service.webhooks import repository, state
 from service.webhooks.models import DeliveryStatus
 from service.webhooks.schemas import DELIVER_TASK
 
@@ -50,15 +49,7 @@ def publish_due(
                 if delivery.republish_at is not None and delivery.republish_at > now:
                     continue  # published meanwhile, or its attempt is in flight
                 publish(DELIVER_TASK, [delivery.id])
-                delivery.publishes += 1
-                # If this message is lost too, publish again later, backing off.
-                backoff = min(
-                    republish_after * 2 ** (delivery.publishes - 1), MAX_REPUBLISH_BACKOFF_SECONDS
-                )
-                delivery.republish_at = max(delivery.next_attempt_at, now) + timedelta(
-                    seconds=backoff
-                )
-                session.add(delivery)
+                state.mark_published(session, delivery, now=now, after=republish_after)
         except Exception:  # the broker is down: the rows wait for the next sweep
             logger.warning("could not publish webhook delivery %s", due_id, exc_info=True)
             break

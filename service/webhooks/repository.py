@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy import Table, insert
 from sqlmodel import Session, col, or_, select
 
 from service.webhooks.models import (
@@ -15,8 +12,6 @@ from service.webhooks.models import (
     WebhookDelivery,
     WebhookEndpoint,
 )
-
-_DELIVERIES: Table = WebhookDelivery.__table__  # type: ignore[attr-defined]
 
 
 def active_endpoints(session: Session, tenant: str) -> list[WebhookEndpoint]:
@@ -40,10 +35,6 @@ def endpoint(
 def endpoint_by_id(session: Session, endpoint_id: str) -> WebhookEndpoint | None:
     """For the worker, which acts on a delivery's own endpoint (no caller's tenant)."""
     return session.get(WebhookEndpoint, endpoint_id)
-
-
-def insert_deliveries(session: Session, rows: Sequence[dict[str, Any]]) -> None:
-    session.execute(insert(_DELIVERIES), list(rows))
 
 
 def delivery(

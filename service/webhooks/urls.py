@@ -6,13 +6,13 @@ secret of their own (chat webhooks put their token there), so logs and audit dat
 endpoint by its id and its origin only, never by its URL.
 
 An admin token is enough to add an endpoint, so an endpoint must not reach what only the
-server can: its host must resolve to public addresses only (no loopback, private, link-local
-— cloud metadata —, CGNAT, multicast, unspecified or reserved addresses, nor those inside
-IPv4-mapped, 6to4 or Teredo IPv6 forms). ``webhook_allow_private_addresses`` lets loopback
-and private ones through (receivers on the same host or network); link-local, multicast and
-unspecified addresses never are. The check runs at registration (a name that does not resolve
-yet is accepted) and again before each delivery, which then connects to the very address it
-checked (``resolve``), so a name cannot be re-pointed between the check and the connection.
+server can: its host must resolve to **global unicast addresses only** (``refused_because``;
+the exact rule, range by range, is in docs/webhooks.md). ``webhook_allow_private_addresses``
+lets loopback and private-use ones through (receivers on the same host or network);
+unspecified, multicast and link-local (cloud metadata) addresses never are. The check runs
+at registration (a name that does not resolve yet is accepted) and again before each
+delivery, which then connects to the very address it checked (``resolve``), so a name cannot
+be re-pointed between the check and the connection.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from service.webhooks import errors
 MAX_URL_LENGTH = 2048
 LOOPBACK_NAMES = frozenset({"localhost"})
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-CGNAT = ipaddress.ip_network("100.64.0.0/10")
 MAX_ADDRESSES_TRIED = 4  # a name with both IPv6 and IPv4 addresses: try the next if refused
 
 
@@ -111,7 +110,9 @@ def resolve(url: str, *, allow_private: bool) -> Target:
 
 
 def refused_because(address: IPAddress, *, allow_private: bool) -> str | None:
-    """Why draftgate must not connect to ``address``, or None."""
+    """Why draftgate must not connect to ``address``, or None: it is global unicast (or, with
+    ``allow_private``, loopback or private-use). An IPv6 form that carries an IPv4 address the
+    connection really goes to (IPv4-mapped, NAT64) is judged as that IPv4 address."""
     inner = _embedded_ipv4(address)
     if inner is not None:
         return refused_because(inner, allow_private=allow_private)
@@ -121,11 +122,46 @@ def refused_because(address: IPAddress, *, allow_private: bool) -> str | None:
         return "a multicast address"
     if address.is_link_local:  # 169.254.169.254 and friends: cloud metadata
         return "a link-local address"
-    if address.is_loopback or address.is_private or address in CGNAT:
+    if address.is_loopback or any(address in network for network in PRIVATE_USE):
         return None if allow_private else "a loopback or private address"
-    if address.is_reserved or not address.is_global:
-        return "a reserved address"
+    if any(address in network for network in TUNNELS):
+        return "a 6to4 or Teredo relay address"
+    if not _global_unicast(address):
+        return "a reserved or special-purpose address (not global unicast)"
     return None
+
+
+# Loopback aside, what ``webhook_allow_private_addresses`` lets through: RFC 1918, CGNAT
+# (RFC 6598), unique local (RFC 4193) and the deprecated site-local (RFC 3879) networks.
+PRIVATE_USE = tuple(
+    ipaddress.ip_network(network)
+    for network in (
+        "10.0.0.0/8",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "100.64.0.0/10",
+        "fc00::/7",
+        "fec0::/10",
+    )
+)
+# 6to4 (RFC 3056, deprecated by RFC 7526) and Teredo (RFC 4380): refused whatever IPv4
+# address they embed.
+TUNNELS = (ipaddress.ip_network("2002::/16"), ipaddress.ip_network("2001::/32"))
+NAT64 = ipaddress.ip_network("64:ff9b::/96")  # the well-known prefix (RFC 6052)
+GLOBAL_UNICAST_V6 = ipaddress.ip_network("2000::/3")  # RFC 4291 §2.4
+# IANA special-purpose ranges (RFC 6890 registries) that are not globally reachable and that
+# the ``is_global`` of every supported Python (3.11 up) does not already exclude: the IETF
+# protocol assignments, the 6to4 relay anycast (RFC 7526) and the IPv6 documentation ranges.
+NOT_GLOBAL = tuple(
+    ipaddress.ip_network(network)
+    for network in ("192.0.0.0/24", "192.88.99.0/24", "2001::/23", "2001:db8::/32", "3fff::/20")
+)
+
+
+def _global_unicast(address: IPAddress) -> bool:
+    if isinstance(address, ipaddress.IPv6Address) and address not in GLOBAL_UNICAST_V6:
+        return False
+    return address.is_global and not any(address in network for network in NOT_GLOBAL)
 
 
 def _embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
@@ -133,11 +169,7 @@ def _embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
         return None
     if address.ipv4_mapped is not None:
         return address.ipv4_mapped
-    if address.sixtofour is not None:
-        return address.sixtofour
-    if address.teredo is not None:
-        return address.teredo[1]
-    if address in ipaddress.ip_network("64:ff9b::/96"):  # NAT64
+    if address in NAT64:
         return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     return None
 

@@ -72,7 +72,7 @@ def test_the_worker_refuses_an_execution_whose_contract_changed_since_it_was_que
         assert session.exec(select(Refund)).all() == []  # nothing was executed
     assert draft(runtime, draft_id).status == "failed"
     [refused] = events(runtime, "execution.refused", draft_id)
-    assert refused.data["code"] == "CONTRACT_CHANGED"
+    assert refused.data["error"]["code"] == "CONTRACT_CHANGED"
     assert events(runtime, "execution.started", draft_id) == []
 
 

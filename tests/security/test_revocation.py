@@ -68,7 +68,7 @@ def test_the_worker_refuses_an_execution_queued_before_the_revocation(runtime, d
         draft = session.get(Draft, draft_id)
         assert draft is not None
         assert draft.status == "failed"
-    assert events(runtime, "execution.refused", draft_id)[0].data["code"] == (
+    assert events(runtime, "execution.refused", draft_id)[0].data["error"]["code"] == (
         "APPROVAL_KEY_REVOKED"
     )
 

@@ -158,7 +158,7 @@ def assert_refused_by_the_worker(
     [refused] = events(engine, draft_id, "security.execution_refused")
     assert refused["execution_id"] == execution_id
     assert refused["actor"] == "system:worker"
-    assert refused["data"]["problem"] == execution.error["message"]
+    assert refused["data"]["error"]["message"] == execution.error["message"]
     assert events(engine, draft_id, "execution.started") == []  # refused before any attempt
     assert refunds(engine) == []
     view = agent_view(stack.runtime, stack.demo, draft_id)

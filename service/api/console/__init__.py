@@ -13,6 +13,7 @@ from fastapi.staticfiles import StaticFiles
 
 from service.api.console import api, credentials, pages, streams
 from service.api.console.guard import ConsoleGuard
+from service.api.console.refusals import refuse_console_request
 from service.api.console.templating import STATIC_DIR
 
 
@@ -23,4 +24,4 @@ def install_console(app: FastAPI) -> None:
     app.include_router(streams.router)
     app.include_router(credentials.router)
     app.mount("/console/static", StaticFiles(directory=STATIC_DIR), name="console-static")
-    app.add_middleware(ConsoleGuard)
+    app.add_middleware(ConsoleGuard, refuse=refuse_console_request)

@@ -13,13 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, Request
 from sqlalchemy import Engine
 from sqlmodel import Session
 
-from service.api.deps import RuntimeDep, TraceIdDep, record_refusal
+from service.api.deps import RuntimeDep, TraceIdDep, record_request_refusal
 from service.db import lookup_scope, read_scope, session_scope
 from service.errors import Category, DomainError
 from service.guards import client_address
@@ -28,7 +29,7 @@ from service.runtime import Runtime
 from service.sessions import actions as sessions
 from service.sessions import errors
 from service.sql import utcnow
-from service.tokens.authentication import record_refused
+from service.tokens.authentication import refuse_credential
 
 COOKIE = "dg_session"
 SIGN_IN_COOKIE = "dg_sign_in"  # the sign-in form's own CSRF token (no session exists yet)
@@ -61,11 +62,7 @@ def get_caller(request: Request, runtime: RuntimeDep, trace_id: TraceIdDep) -> C
     session is refused and audited (auth.refused at door "console", throttled)."""
     secret = request.cookies.get(COOKIE)
     now = utcnow()
-    settings = runtime.settings
-    with lookup_scope(runtime.engine) as session:
-        verdict = sessions.check(
-            session, secret, now=now, idle_seconds=settings.console_idle_timeout_seconds
-        )
+    verdict = session_verdict(runtime, secret, now=now)
     touch_due = verdict.touch_due and not _unattended(request)
     if verdict.session_id is not None and (verdict.ending is not None or touch_due):
         with session_scope(runtime.engine) as session:
@@ -78,11 +75,11 @@ def get_caller(request: Request, runtime: RuntimeDep, trace_id: TraceIdDep) -> C
     if verdict.principal is None or secret is None or verdict.session_id is None:
         error = errors.session_required(verdict.why)
         if secret:
-            record_refused(
+            refuse_credential(
                 runtime,
+                error,
                 door=DOOR,
                 source=client_address(request.scope),
-                reason=error.message,
                 trace_id=trace_id,
             )
         raise error
@@ -90,6 +87,14 @@ def get_caller(request: Request, runtime: RuntimeDep, trace_id: TraceIdDep) -> C
     return ConsoleCaller(
         verdict.principal, verdict.session_id, sessions.csrf_token_for(secret), secret
     )
+
+
+def session_verdict(runtime: Runtime, secret: str | None, *, now: datetime) -> sessions.Verdict:
+    """What the session cookie's ``secret`` stands for now (a lookup: it writes nothing)."""
+    with lookup_scope(runtime.engine) as session:
+        return sessions.check(
+            session, secret, now=now, idle_seconds=runtime.settings.console_idle_timeout_seconds
+        )
 
 
 def _unattended(request: Request) -> bool:
@@ -124,7 +129,7 @@ def _require_csrf(
 ) -> ConsoleCaller:
     if not sessions.csrf_matches(caller.secret, presented):
         error = errors.csrf_refused()
-        record_refusal(request, runtime, caller.principal, error, trace_id)
+        record_request_refusal(request, runtime, caller.principal, error, trace_id)
         raise error
     return caller
 
@@ -194,7 +199,7 @@ def _refusals_recorded(
     try:
         yield
     except DomainError as error:
-        record_refusal(request, runtime, caller.principal, error, trace_id)
+        record_request_refusal(request, runtime, caller.principal, error, trace_id)
         raise
 
 

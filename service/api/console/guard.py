@@ -13,22 +13,13 @@ checked per route (service.api.console.deps), where the session is known.
 
 from __future__ import annotations
 
-from functools import partial
 from urllib.parse import urlsplit
 
-from sqlmodel import Session
-from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
-from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.errors import problem_response
-from service.errors import DomainError
-from service.guards import client_address
-from service.ratelimit import record_throttled
-from service.sessions import actions as sessions
+from service.guards import Refuse
 from service.sessions import errors
-from service.tracing import trace_id_from
 
 PREFIX = "/console"
 STATIC = "/console/static/"
@@ -106,62 +97,50 @@ class ApiHeaders:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else PREFIX
-        inside = path == PREFIX or path.startswith(PREFIX + "/")
-        await self.app(scope, receive, send if inside else _with(send, API_HEADERS))
+        await self.app(scope, receive, send if is_console(path) else _with(send, API_HEADERS))
+
+
+def is_console(path: str) -> bool:
+    return path == PREFIX or path.startswith(PREFIX + "/")
+
+
+def console_send(send: Send, path: str) -> Send:
+    """``send``, with every response given the console's headers (and never cached, but for
+    the static files, which are revalidated)."""
+    cache = b"no-cache" if path.startswith(STATIC) else b"no-store"
+
+    async def send_with_headers(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = [
+                (name, value)
+                for name, value in message.get("headers", [])
+                if name.lower() != b"cache-control"
+            ]
+            message["headers"] = [*headers, *HEADERS, (b"cache-control", cache)]
+        await send(message)
+
+    return send_with_headers
 
 
 class ConsoleGuard:
-    """ASGI middleware for everything under /console (other paths pass untouched)."""
+    """ASGI middleware for everything under /console (other paths pass untouched): the
+    console's headers on every answer, and the origin check, whose refusals ``refuse``
+    audits and answers (service.api.console.refusals)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, refuse: Refuse) -> None:
         self.app = app
+        self._refuse = refuse
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
-        if path != PREFIX and not path.startswith(PREFIX + "/"):
+        if not is_console(path):
             await self.app(scope, receive, send)
             return
-        cache = b"no-cache" if path.startswith(STATIC) else b"no-store"
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = [
-                    (name, value)
-                    for name, value in message.get("headers", [])
-                    if name.lower() != b"cache-control"
-                ]
-                message["headers"] = [*headers, *HEADERS, (b"cache-control", cache)]
-            await send(message)
-
         problem = origin_problem(scope)
         if problem is not None:
-            await self._refuse(scope, send_with_headers, errors.cross_origin_refused(problem))
+            await self._refuse(scope, send, errors.cross_origin_refused(problem))
             return
-        await self.app(scope, receive, send_with_headers)
-
-    async def _refuse(self, scope: Scope, send: Send, error: DomainError) -> None:
-        request = Request(scope)
-        runtime = request.app.state.runtime
-
-        def write(session: Session, extra: dict[str, int]) -> None:
-            sessions.record_refused_request(
-                session,
-                tenant=runtime.settings.default_tenant,
-                actor="anonymous",
-                reason=error.message,
-                code=error.code,
-                method=scope["method"],
-                path=scope.get("path", ""),
-                trace_id=trace_id_from(request.headers.get("traceparent")),
-                extra=extra,
-            )
-
-        key = f"console:{client_address(scope)}"
-        await run_in_threadpool(
-            partial(record_throttled, runtime.engine, runtime.limiter, key, write)
-        )
-        response = problem_response(error, instance=scope.get("path"))
-        await response(scope, _nothing, send)
+        await self.app(scope, receive, console_send(send, path))
 
 
 def _with(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
@@ -174,7 +153,3 @@ def _with(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
         await send(message)
 
     return send_with_headers
-
-
-async def _nothing() -> Message:
-    return {"type": "http.disconnect"}

@@ -1,12 +1,11 @@
 """The one owner of draft status: every (from, to) pair, allowed or refused, and what an
-allowed move writes (status, reason, updated_at, open_dedupe_key, the audit event)."""
+allowed move writes (status, reason, updated_at, open_dedupe_key, the audit event). That
+nothing else writes them: tests/test_row_owners.py."""
 
 from __future__ import annotations
 
-import ast
 import itertools
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from sqlmodel import Session, select
@@ -99,25 +98,3 @@ def test_every_pair_is_either_made_with_its_event_or_refused_untouched(runtime, 
         "f" * 32,
     )
     assert event.data == {"from": current.value, "revision": 2, "reason": "why"}
-
-
-def test_nothing_but_the_owner_writes_a_draft_status():
-    """No other module assigns a ``.status``: one owner per state machine (drafts, executions,
-    key enrolments, webhook deliveries), and the shop's own order table."""
-    root = Path(__file__).parents[3] / "service"
-    writers = set()
-    for path in root.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            targets = node.targets if isinstance(node, ast.Assign) else []
-            for target in targets:
-                if isinstance(target, ast.Attribute) and target.attr == "status":
-                    name = target.value.id if isinstance(target.value, ast.Name) else "?"
-                    if name != "self":  # an object's own field (an HTTP status), not a record
-                        writers.add((path.relative_to(root).as_posix(), name))
-    assert writers == {
-        ("drafts/state.py", "draft"),
-        ("executions/state.py", "execution"),
-        ("shop/definitions.py", "order"),  # the downstream business system's own state
-        ("keys/enrolments.py", "enrolment"),  # pending -> approved | rejected, in _decide only
-        ("webhooks/delivery.py", "delivery"),  # a delivery's attempts, in the worker only
-    }
