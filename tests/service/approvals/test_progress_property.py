@@ -45,7 +45,7 @@ from service.api.app import create_app
 from service.approvals import actions as approvals
 from service.approvals import progress
 from service.approvals.models import Approval
-from service.approvals.schemas import ApprovalRequest, Decision, build_statement, signed_request
+from service.approvals.schemas import ApprovalRequest, Decision, signed_request
 from service.db import session_scope
 from service.drafts.models import Draft, DraftStatus
 from service.drafts.repository import COUNTED
@@ -61,7 +61,7 @@ from service.runtime import Runtime
 from service.sessions import card as cards
 from service.sessions import inbox as inboxes
 from service.signing import generate_private_key, public_key_b64, sign
-from service.sql import rfc3339_seconds, utcnow
+from service.sql import utcnow
 from service.tokens import actions as tokens
 from service.tracing import new_trace_id
 from service.validation import parse
@@ -207,24 +207,22 @@ class World:
             assert found is not None
             return found
 
+    def signed(self, subject: str, draft: Draft, decision: Decision) -> dict[str, Any]:
+        """A decision of ``subject`` on the draft as it is now, signed with their current key:
+        the statement the server offers them to sign (a rejection if asked for)."""
+        key_id, private = self.keys[subject]
+        with session_scope(self.runtime.engine) as session:
+            principal = tokens.authenticate(session, self.tokens[subject])
+            statement = approvals.statement_to_sign(session, principal, draft, now=utcnow())
+        statement |= {"key_id": key_id, "decision": decision.value}
+        if decision is Decision.REJECT:
+            statement["reason"] = "not this one"
+        return signed_request(statement, private)
+
     def decide(self, subject: str, draft: Draft, decision: Decision) -> str | None:
         """Sign and submit as the door would; the code it was refused with, if it was (a
         refusal is part of the history)."""
-        key_id, private = self.keys[subject]
-        statement = build_statement(
-            tenant=draft.tenant,
-            draft_id=draft.id,
-            revision=draft.revision,
-            action=draft.action,
-            contract_version=draft.contract_version,
-            params_sha256=draft.params_sha256,
-            decision=decision,
-            approver=subject,
-            key_id=key_id,
-            issued_at=rfc3339_seconds(utcnow()),
-            reason="not this one" if decision is Decision.REJECT else None,
-        )
-        request = parse(ApprovalRequest, signed_request(statement, private))
+        request = parse(ApprovalRequest, self.signed(subject, draft, decision))
         try:
             with session_scope(self.runtime.engine) as session:
                 principal = tokens.authenticate(session, self.tokens[subject])
@@ -270,20 +268,7 @@ def run_step(world: World, step: tuple[Any, ...]) -> None:
 
 def store_self_approval(world: World, draft: Draft) -> None:
     """What database write access can add: the end user's approval, properly signed."""
-    key_id, private = world.keys[END_USER]
-    statement = build_statement(
-        tenant=draft.tenant,
-        draft_id=draft.id,
-        revision=draft.revision,
-        action=draft.action,
-        contract_version=draft.contract_version,
-        params_sha256=draft.params_sha256,
-        decision=Decision.APPROVE,
-        approver=END_USER,
-        key_id=key_id,
-        issued_at=rfc3339_seconds(utcnow()),
-    )
-    body = signed_request(statement, private)
+    body = world.signed(END_USER, draft, Decision.APPROVE)
     with session_scope(world.runtime.engine) as session:
         exists = session.exec(
             select(Approval).where(
@@ -300,10 +285,10 @@ def store_self_approval(world: World, draft: Draft) -> None:
                     draft_id=draft.id,
                     revision=draft.revision,
                     approver=END_USER,
-                    key_id=key_id,
+                    key_id=body["statement"]["key_id"],
                     decision=Decision.APPROVE,
                     params_sha256=draft.params_sha256,
-                    statement=statement,
+                    statement=body["statement"],
                     signature=body["signature"],
                     created_at=utcnow(),
                 )
@@ -586,6 +571,7 @@ def play(runtime: Runtime, api_url: str, history: dict[str, Any]) -> None:
 
 
 @pytest.mark.full
+@pytest.mark.timeout(600 * SCALE)
 @fuzz_settings(PROPERTY_EXAMPLES)
 @given(history=histories)
 def test_every_display_equals_the_gate(runtime, api_url, history):
