@@ -313,7 +313,7 @@ def tamper(world: World, draft: Draft, what: str, which: int) -> None:
         if what == "signature":  # a real signature of the same key, over other bytes
             stored.signature = sign(world.private_keys[stored.key_id], b"something else")
         elif what == "approver":  # relabelled as someone else's (who has no key)
-            stored.approver = "mallory"
+            stored.approver = f"mallory-{stored.id}"
         else:
             value = "2020-01-01T00:00:00Z" if what == "issued_at" else "0" * 64
             stored.statement = {**stored.statement, what: value}
