@@ -39,7 +39,7 @@ def warm_up(runtime: Runtime) -> float:
             repository.get(session, NO_SUCH_EXECUTION, for_update=True)
             tenant = runtime.settings.default_tenant
             drafts_repository.get(session, tenant, NO_SUCH_DRAFT, for_update=True)
-            approvals_repository.for_draft(session, NO_SUCH_DRAFT, 1)
+            approvals_repository.for_drafts(session, [NO_SUCH_DRAFT])
             session.rollback()
     except Exception as exc:  # warming is an optimisation: never fatal
         logger.warning("worker warm-up failed (the first execution will be slower): %s", exc)

@@ -1,45 +1,35 @@
-"""Approval use cases: what to sign, accepting a signed decision, and checking a quorum.
+"""Approval use cases: what to sign, and accepting a signed decision (or refusing it).
 
-The quorum check trusts nothing stored as a flag: it recomputes the params
-digest from the stored params, re-verifies every signature against the
-registered key, and recomputes how many approvers the policy requires. The
-worker runs the same check before it executes anything.
+Whether a decision completes or ends a draft is the progress owner's answer
+(``service.approvals.progress``), which the execute gate and the worker read too.
 """
 
 from __future__ import annotations
 
-import json
 import secrets
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import ValidationError
 from sqlmodel import Session
 
 from service import metrics
-from service.approvals import errors, repository, signatures
+from service.approvals import errors, progress, signatures
 from service.approvals.models import Approval
 from service.approvals.schemas import (
     SCHEME_ED25519,
     SCHEME_WEBAUTHN,
-    STATEMENT_TYPE,
     ApprovalRequest,
     ApprovalStatement,
     Decision,
     build_statement,
 )
 from service.audit import actions as audit
-from service.canonical import canonical_json, params_sha256
+from service.canonical import params_sha256
 from service.drafts import repository as drafts_repository
 from service.drafts import state as draft_state
 from service.drafts.errors import contract_changed, draft_expired, draft_unavailable
 from service.drafts.models import Draft, DraftStatus
-from service.drafts.policy import applied_policy
-from service.errors import DomainError
-from service.executions import errors as execution_errors
 from service.keys import repository as keys_repository
-from service.keys.assertions import RelyingParty, relying_party
 from service.keys.models import ApproverPasskey
 from service.keys.repository import Credential
 from service.principal import Principal, Role
@@ -104,9 +94,10 @@ def submit(
     check_contract(runtime, draft)
     _check_binding(draft, statement)
     _check_freshness(statement, now=now, skew_seconds=runtime.settings.approval_clock_skew_seconds)
-    _check_approver(session, principal, draft)
-    approval = _record_decision(session, principal, draft, key, request, now=now, trace_id=trace_id)
-    _apply_decision(session, runtime, principal, draft, approval, now=now, trace_id=trace_id)
+    rules = progress.Rules.of(runtime)
+    _check_signer(progress.of_draft(session, rules, draft), principal)
+    _record_decision(session, principal, draft, key, request, now=now, trace_id=trace_id)
+    _apply_decision(session, rules, principal, draft, now=now, trace_id=trace_id)
     return draft
 
 
@@ -130,12 +121,12 @@ def _lock_open_draft(
     return draft
 
 
-def _check_approver(session: Session, principal: Principal, draft: Draft) -> None:
-    """Maker ≠ checker, and one signature per approver and revision."""
-    if principal.subject in {draft.proposed_by, draft.on_behalf_of}:
+def _check_signer(standing: progress.ApprovalProgress, principal: Principal) -> None:
+    bar = standing.bar(principal.subject)
+    if bar is progress.Bar.PROPOSER:
         raise errors.self_approval()
-    if repository.by_approver(session, draft.id, draft.revision, principal.subject) is not None:
-        raise errors.already_signed(draft.revision)
+    if bar is progress.Bar.ALREADY_SIGNED:
+        raise errors.already_signed(standing.revision)
 
 
 def _record_decision(
@@ -192,16 +183,17 @@ def _record_decision(
 
 def _apply_decision(
     session: Session,
-    runtime: Runtime,
+    rules: progress.Rules,
     principal: Principal,
     draft: Draft,
-    approval: Approval,
     *,
     now: datetime,
     trace_id: str | None,
 ) -> None:
-    """A rejection ends the draft; an approval completes it when the quorum now verifies."""
-    if approval.decision is Decision.REJECT:
+    """Counted again with the decision just recorded: a verified rejection ends the draft;
+    approvals that now meet the policy approve it."""
+    standing = progress.of_draft(session, rules, draft)
+    if standing.rejections:
         draft_state.transition(
             session,
             draft,
@@ -209,11 +201,9 @@ def _apply_decision(
             now=now,
             actor=principal.actor,
             trace_id=trace_id,
-            reason=approval.reason,
+            reason=standing.rejections[0].signed.reason,
         )
-        return
-    quorum = check_quorum(session, draft, runtime)
-    if quorum.met:
+    elif standing.met and draft.status is DraftStatus.PROPOSED:
         draft_state.transition(
             session,
             draft,
@@ -221,153 +211,9 @@ def _apply_decision(
             now=now,
             actor=principal.actor,
             trace_id=trace_id,
-            data={"approvers": quorum.approvers},
+            data={"approvers": standing.approvers},
         )
         metrics.quorum_reached(session, draft, now)
-
-
-@dataclass(frozen=True)
-class Quorum:
-    """The verified approvals of a draft's current revision."""
-
-    required: int
-    approvers: list[str] = field(default_factory=list)
-    rejected_by: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    # Approvers whose approval verified but whose key was revoked since: they do not count.
-    revoked: list[str] = field(default_factory=list)
-
-    @property
-    def met(self) -> bool:
-        return not self.rejected_by and len(self.approvers) >= self.required
-
-    def refusal(self) -> DomainError:
-        """Why the quorum does not hold, as the error execution is refused with."""
-        # Only revocations stand between it and the quorum: not tampering, a stolen key.
-        only_revoked = self.revoked and len(self.problems) == len(self.revoked)
-        enough_without = len(self.approvers) + len(self.revoked) >= self.required
-        if only_revoked and enough_without and not self.rejected_by:
-            return errors.approval_key_revoked(self.revoked)
-        return execution_errors.approvals_unverified(
-            {
-                "required": self.required,
-                "verified_approvers": self.approvers,
-                "problems": self.problems,
-            }
-        )
-
-
-def check_quorum(session: Session, draft: Draft, runtime: Runtime) -> Quorum:
-    """Count only approvals whose signatures verify against the draft as stored now.
-
-    The number required is the larger of what the draft records and what the
-    configured policy demands today for the amount in the *signed* params (never
-    the unsigned amount columns), so no edited column can lower the bar.
-    """
-    required = _required_approvals(session, draft, runtime)
-    if isinstance(required, str):
-        return Quorum(required=1, problems=[required])
-    digest = params_sha256(draft.params)
-    party = relying_party(runtime.settings)
-    approvals = repository.for_draft(session, draft.id, draft.revision)
-    keys = keys_repository.by_ids(session, draft.tenant, {a.key_id for a in approvals})
-    approvers: set[str] = set()
-    rejected_by: list[str] = []
-    problems: list[str] = []
-    revoked: list[str] = []
-    for approval in approvals:
-        key = keys.get(approval.key_id)
-        problem = approval_problem(approval, draft, key, digest=digest, relying_party=party)
-        if problem:
-            problems.append(f"{approval.id} by {approval.approver}: {problem}")
-            if problem == REVOKED_SINCE and approval.decision is Decision.APPROVE:
-                revoked.append(approval.approver)
-        elif approval.decision is Decision.REJECT:
-            rejected_by.append(approval.approver)
-        else:
-            approvers.add(approval.approver)
-    return Quorum(
-        required=required,
-        approvers=sorted(approvers),
-        rejected_by=rejected_by,
-        problems=problems,
-        revoked=sorted(revoked),
-    )
-
-
-def _required_approvals(session: Session, draft: Draft, runtime: Runtime) -> int | str:
-    """How many approvers the draft needs today, or why that cannot be known."""
-    action = runtime.registry.write(draft.action)
-    if action is None:
-        return f"the action {draft.action} is not registered"
-    try:
-        signed = action.Input.model_validate_json(json.dumps(draft.params))
-    except ValidationError:
-        return "the stored params are not valid for the action"
-    # The amount of the signed params, added to the peers that were there when it was
-    # proposed (never the unsigned amount columns, never a lowered approvals_required).
-    policy, _ = applied_policy(
-        session,
-        runtime.policies,
-        draft.action,
-        tenant=draft.tenant,
-        params=draft.params,
-        amount=action.amount_of(signed),
-        default_ttl_seconds=runtime.settings.default_draft_ttl_seconds,
-        as_of=draft.created_at,
-        draft_id=draft.id,
-        created_before=draft.created_at,
-    )
-    return max(draft.approvals_required, policy.approvals_required, 1)
-
-
-def approval_problem(
-    approval: Approval,
-    draft: Draft,
-    key: Credential | None,
-    *,
-    digest: str,
-    relying_party: RelyingParty | None = None,
-) -> str | None:
-    """Why a stored approval does not count for the draft's current revision, or None.
-
-    A passkey's assertion is checked against ``relying_party`` (the settings': what the
-    worker and every quorum check pass), else against the relying party and origin the
-    passkey was registered at (for showing a draft). Its sign counter is not checked again:
-    it was checked when the approval was accepted, and the passkey's counter has moved on
-    with every later use, so a stored assertion can only be older than it."""
-    statement = approval.statement
-    expected = {
-        "type": STATEMENT_TYPE,
-        "tenant": draft.tenant,
-        "draft_id": draft.id,
-        "revision": draft.revision,
-        "action": draft.action,
-        "contract_version": draft.contract_version,
-        "params_sha256": digest,
-        "approver": approval.approver,
-        "key_id": approval.key_id,
-        "decision": approval.decision.value,
-    }
-    mismatched = sorted(name for name, value in expected.items() if statement.get(name) != value)
-    if mismatched:
-        return "statement does not match the stored draft: " + ", ".join(mismatched)
-    if key is None or key.approver != approval.approver:
-        return "the signing key is not registered to the approver"
-    if key.revoked_at is not None and key.revoked_at <= approval.created_at:
-        return "the key was revoked before it signed"
-    problem = signatures.problem(approval, key, canonical_json(statement), relying_party)
-    if problem:
-        return problem
-    if approval.approver in {draft.proposed_by, draft.on_behalf_of}:
-        return "the approver proposed the draft"
-    if key.revoked_at is not None:
-        return REVOKED_SINCE
-    return None
-
-
-# A valid approval whose key was revoked afterwards: historical, no longer counted.
-REVOKED_SINCE = "the key was revoked after it signed; its approvals no longer count"
 
 
 def _check_identity(principal: Principal, draft_id: str, statement: ApprovalStatement) -> None:

@@ -129,7 +129,7 @@ def approve(
     draft = _decide(api, draft_id, key, Decision.APPROVE, reason=None, yes=yes)
     echo(
         f"approved revision {draft['revision']}: draft is {draft['status']} "
-        f"({_counted(draft)} of {draft['approvals_required']} approvals)"
+        f"({_progress(draft.get('progress'))})"
     )
     if execute:
         if draft["status"] != "approved":
@@ -295,6 +295,9 @@ def _render(draft: dict[str, Any]) -> None:
     echo(f"  policy: {draft['policy'].get('rule')}")
     echo(f"  params: {canonical_json(draft['params']).decode()}")
     echo(f"  params_sha256: {draft['params_sha256']}")
+    progress = draft.get("progress") or {}
+    approvers = ", ".join(progress.get("approvers") or []) or "none"
+    echo(f"  approvals: {_progress(progress)}; counted: {approvers}")
     for approval in draft["approvals"]:
         counted = "counts" if approval["counts"] else f"does not count ({approval['problem']})"
         echo(
@@ -303,8 +306,11 @@ def _render(draft: dict[str, Any]) -> None:
         )
 
 
-def _counted(draft: dict[str, Any]) -> int:
-    return sum(1 for approval in draft["approvals"] if approval["counts"])
+def _progress(progress: dict[str, Any] | None) -> str:
+    """The server's approval count (the execute gate's) as it answered it, never recounted."""
+    if not progress:
+        return "approval progress not reported by the server"
+    return f"{progress['received']} of {progress['required']} approvals"
 
 
 def _call(request: Any, api_url: str | None, token: str | None) -> Any:

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlmodel import Session
 
-from service.approvals import repository as approvals
+from service.approvals import progress
 from service.audit import actions as audit
 from service.canonical import canonical_json, params_sha256, sha256_hex
 from service.drafts import errors, repository, state
@@ -67,7 +67,8 @@ def propose(
     if idempotency_key is not None:
         claimed = _claim_key(ctx, action, idempotency_key, params_json, draft_id, target_id)
         if isinstance(claimed, Draft):
-            return view(ctx.session, action, claimed, now=ctx.now, replayed=True)
+            rules = progress.Rules({action.name: action}, policies, ctx.settings)
+            return view(ctx.session, action, claimed, rules=rules, now=ctx.now, replayed=True)
         claim = claimed
     proposal = _validate(ctx, action, params, params_json, policies, target_id)
     if draft_id is not None:
@@ -78,7 +79,10 @@ def propose(
         # An identical open draft was returned instead: the key refers to that one.
         repository.repoint_idempotency_key(ctx.session, claim, draft.id)
     # A revision written just now has no approvals and no execution yet.
-    return view(ctx.session, action, draft, now=ctx.now, replayed=replayed, new=not replayed)
+    rules = progress.Rules({action.name: action}, policies, ctx.settings)
+    return view(
+        ctx.session, action, draft, rules=rules, now=ctx.now, replayed=replayed, new=not replayed
+    )
 
 
 def _claim_key(
@@ -254,13 +258,18 @@ def _record_revision(ctx: ActionContext, draft: Draft, *, event: str) -> None:
 
 
 def get_for_agent(
-    ctx: ActionContext, writes: Mapping[str, WriteAction], draft_id: str
+    ctx: ActionContext,
+    writes: Mapping[str, WriteAction],
+    draft_id: str,
+    *,
+    policies: dict[str, PolicyConfig],
 ) -> AgentDraftView:
     """A draft proposed for the same end user as the caller's; anything else is unavailable."""
     draft = repository.get(ctx.session, ctx.principal.tenant, draft_id)
     if draft is None or not _proposed_for_same_user(draft, ctx.principal):
         raise errors.draft_unavailable()
-    return view(ctx.session, writes.get(draft.action), draft, now=ctx.now)
+    rules = progress.Rules(writes, policies, ctx.settings)
+    return view(ctx.session, writes.get(draft.action), draft, rules=rules, now=ctx.now)
 
 
 def view(
@@ -268,21 +277,21 @@ def view(
     action: WriteAction | None,
     draft: Draft,
     *,
+    rules: progress.Rules,
     now: datetime,
     replayed: bool = False,
     new: bool = False,
 ) -> AgentDraftView:
-    """What the agent sees of ``draft``. ``new``: its revision was written by this unit of
-    work, so there is nothing to look up (approvals and executions come only after it)."""
+    """What the agent sees of ``draft``, its approvals counted as the execute gate counts
+    them. ``new``: its revision was written by this unit of work, so there is nothing to
+    look up (approvals and executions come only after it)."""
     execution = None if new else executions.for_draft(session, draft.id)
     return agent_view(
         draft,
         status=status_at(draft, now),
         reason=reason_at(draft, now),
         masked_params=masked_params(action, draft.params),
-        approvals_received=0
-        if new
-        else approvals.count_approvals(session, draft.id, draft.revision),
+        standing=progress.of_draft(session, rules, draft, new=new),
         replayed=replayed,
         outcome=execution.outcome if execution is not None else None,
     )

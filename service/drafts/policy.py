@@ -3,6 +3,8 @@ amounts add up (drafts sharing a parameter value, e.g. refunds of one order)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -12,6 +14,21 @@ from service.drafts import repository
 from service.money import Money
 from service.policies.actions import peer_key, resolve
 from service.policies.schemas import AppliedPolicy, PolicyConfig
+
+
+@dataclass(frozen=True)
+class PolicyQuestion:
+    """One draft's policy question. ``as_of`` ends the cumulative window: now for a
+    proposal; the draft's creation for a re-check, which then counts only the peers created
+    before it (``created_before``)."""
+
+    draft_id: str
+    tenant: str
+    action: str
+    params: dict[str, Any]
+    amount: Money | None
+    as_of: datetime
+    created_before: datetime | None = None
 
 
 def applied_policy(
@@ -27,30 +44,49 @@ def applied_policy(
     draft_id: str,
     created_before: datetime | None = None,
 ) -> tuple[AppliedPolicy, str | None]:
-    """The applied policy and the draft's peer key.
+    """The applied policy and the draft's peer key (see ``PolicyQuestion``)."""
+    question = PolicyQuestion(draft_id, tenant, action, params, amount, as_of, created_before)
+    return applied_policies(session, policies, [question], default_ttl_seconds=default_ttl_seconds)[
+        draft_id
+    ]
 
-    ``as_of`` ends the cumulative window: now for a proposal; the draft's creation for the
-    quorum re-check, which then counts only peers created before it (``created_before``).
-    """
-    config = policies.get(action)
-    key = peer_key(config, params)
-    prior = 0
-    if key is not None and amount is not None and config is not None and config.cumulative:
-        prior = repository.peers_amount(
-            session,
-            tenant=tenant,
-            action=action,
-            policy_key=key,
-            currency=amount.currency,
-            since=as_of - timedelta(seconds=config.cumulative.window_seconds),
-            before=created_before,
-            exclude=draft_id,
+
+def applied_policies(
+    session: Session,
+    policies: dict[str, PolicyConfig],
+    questions: Sequence[PolicyQuestion],
+    *,
+    default_ttl_seconds: int,
+) -> dict[str, tuple[AppliedPolicy, str | None]]:
+    """The applied policy and peer key of each question's draft, by draft id; the peers'
+    amounts of all of them come from one query."""
+    keys: dict[str, str | None] = {}
+    windows: dict[str, repository.PeerWindow] = {}
+    for question in questions:
+        config = policies.get(question.action)
+        keys[question.draft_id] = key = peer_key(config, question.params)
+        amount = question.amount
+        if key is not None and amount is not None and config is not None and config.cumulative:
+            windows[question.draft_id] = repository.PeerWindow(
+                tenant=question.tenant,
+                action=question.action,
+                policy_key=key,
+                currency=amount.currency,
+                since=question.as_of - timedelta(seconds=config.cumulative.window_seconds),
+                before=question.created_before,
+                exclude=question.draft_id,
+            )
+    prior = repository.peers_amounts(session, windows)
+    return {
+        question.draft_id: (
+            resolve(
+                policies,
+                question.action,
+                amount=question.amount,
+                default_ttl_seconds=default_ttl_seconds,
+                prior_minor=prior.get(question.draft_id, 0),
+            ),
+            keys[question.draft_id],
         )
-    policy = resolve(
-        policies,
-        action,
-        amount=amount,
-        default_ttl_seconds=default_ttl_seconds,
-        prior_minor=prior,
-    )
-    return policy, key
+        for question in questions
+    }

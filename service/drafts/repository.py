@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, func
+from sqlalchemy import delete
+from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from service.drafts.models import (
@@ -159,28 +162,64 @@ COUNTED = (
 )
 
 
-def peers_amount(
-    session: Session,
-    *,
-    tenant: str,
-    action: str,
-    policy_key: str,
-    currency: str,
-    since: datetime,
-    before: datetime | None = None,
-    exclude: str | None = None,
-) -> int:
-    """The summed amount (minor units) of the peer drafts created since a moment."""
-    statement = select(func.coalesce(func.sum(Draft.amount_minor), 0)).where(
+@dataclass(frozen=True)
+class PeerWindow:
+    """Which peers of one draft add up: the same tenant, action, policy key and currency,
+    created in ``[since, before)`` (``before`` None: up to now), never the draft itself."""
+
+    tenant: str
+    action: str
+    policy_key: str
+    currency: str
+    since: datetime
+    before: datetime | None
+    exclude: str
+
+
+def peers_amounts(session: Session, windows: Mapping[str, PeerWindow]) -> dict[str, int]:
+    """The summed amount (minor units) of each window's peer drafts, by the window's key:
+    one query per tenant for any number of windows (a queue page asks for one per line)."""
+    totals = dict.fromkeys(windows, 0)
+    for tenant in sorted({window.tenant for window in windows.values()}):
+        mine = {key: window for key, window in windows.items() if window.tenant == tenant}
+        peers = _peers(session, tenant, list(mine.values()))
+        for key, window in mine.items():
+            totals[key] = sum(
+                amount
+                for draft_id, created_at, amount in peers.get(
+                    (window.action, window.policy_key, window.currency), []
+                )
+                if created_at >= window.since
+                and (window.before is None or created_at < window.before)
+                and draft_id != window.exclude
+            )
+    return totals
+
+
+PeerGroup = tuple[str, str, str]  # action, policy key, currency
+
+
+def _peers(
+    session: Session, tenant: str, windows: list[PeerWindow]
+) -> dict[PeerGroup, list[tuple[str, datetime, int]]]:
+    """(draft id, created at, amount) of every draft that may be a peer in the windows."""
+    statement = sa_select(
+        col(Draft.id),
+        col(Draft.action),
+        col(Draft.policy_key),
+        col(Draft.currency),
+        col(Draft.created_at),
+        col(Draft.amount_minor),
+    ).where(
         col(Draft.tenant) == tenant,
-        col(Draft.action) == action,
-        col(Draft.policy_key) == policy_key,
-        col(Draft.currency) == currency,
-        col(Draft.created_at) >= since,
+        col(Draft.action).in_(sorted({w.action for w in windows})),
+        col(Draft.policy_key).in_(sorted({w.policy_key for w in windows})),
+        col(Draft.created_at) >= min(w.since for w in windows),
         col(Draft.status).in_(COUNTED),
     )
-    if before is not None:
-        statement = statement.where(col(Draft.created_at) < before)
-    if exclude is not None:
-        statement = statement.where(col(Draft.id) != exclude)
-    return int(session.exec(statement).one() or 0)
+    peers: dict[PeerGroup, list[tuple[str, datetime, int]]] = {}
+    for draft_id, action, policy_key, currency, created_at, amount in session.execute(statement):
+        peers.setdefault((action, policy_key, currency), []).append(
+            (draft_id, created_at, amount or 0)
+        )
+    return peers

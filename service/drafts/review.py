@@ -3,26 +3,22 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from sqlmodel import Session
 
-from service.approvals import repository as approvals_repository
-from service.approvals.actions import approval_problem, statement_to_sign
-from service.approvals.models import Approval
-from service.approvals.schemas import Decision
-from service.canonical import params_sha256
+from service.approvals import progress
+from service.approvals.actions import statement_to_sign
 from service.cursors import CursorCodec
 from service.drafts import repository
 from service.drafts.errors import draft_unavailable
 from service.drafts.models import Draft, DraftStatus
 from service.drafts.schemas import (
-    ApprovalProgress,
     DraftApproval,
     DraftDetail,
     DraftPage,
     DraftSummary,
     ExecutionRef,
+    ProgressDetail,
     ProposedBy,
     RevisionView,
     amount_of,
@@ -30,8 +26,8 @@ from service.drafts.schemas import (
 from service.drafts.state import reason_at, status_at
 from service.errors import invalid_argument
 from service.executions import repository as executions_repository
-from service.keys import repository as keys_repository
 from service.principal import Principal, Role
+from service.runtime import Runtime
 
 MAX_PAGE = 100
 CURSOR_KIND = "drafts"
@@ -41,7 +37,7 @@ def list_drafts(
     session: Session,
     principal: Principal,
     *,
-    cursors: CursorCodec,
+    runtime: Runtime,
     status: DraftStatus | None = None,
     action: str | None = None,
     cursor: str | None = None,
@@ -56,17 +52,17 @@ def list_drafts(
         principal.tenant,
         status=status,
         action=action,
-        after=_position(cursors, cursor) if cursor else None,
+        after=_position(runtime.cursors, cursor) if cursor else None,
         limit=limit + 1,
         now=now,
     )
     more = len(rows) > limit
     rows = rows[:limit]
-    counts = approvals_repository.approval_counts(session, {d.id: d.revision for d in rows})
+    standings = progress.of_drafts(session, progress.Rules.of(runtime), rows)
     return DraftPage(
-        drafts=[_summary(draft, counts[draft.id], now) for draft in rows],
+        drafts=[_summary(draft, standings[draft.id], now) for draft in rows],
         next_cursor=(
-            cursors.encode(CURSOR_KIND, [rows[-1].created_at.isoformat(), rows[-1].id])
+            runtime.cursors.encode(CURSOR_KIND, [rows[-1].created_at.isoformat(), rows[-1].id])
             if more and rows
             else None
         ),
@@ -74,15 +70,24 @@ def list_drafts(
 
 
 def get_detail(
-    session: Session, principal: Principal, draft_id: str, *, now: datetime
+    session: Session, principal: Principal, draft_id: str, *, runtime: Runtime, now: datetime
 ) -> DraftDetail:
+    """One draft in full, with its approval progress as the execute gate counts it."""
+    return detail_and_progress(session, principal, draft_id, runtime=runtime, now=now)[0]
+
+
+def detail_and_progress(
+    session: Session, principal: Principal, draft_id: str, *, runtime: Runtime, now: datetime
+) -> tuple[DraftDetail, progress.ApprovalProgress]:
+    """``get_detail``, and the progress owner's answer it was built from."""
     principal.require(Role.APPROVER, Role.AUDITOR)
     draft = repository.get(session, principal.tenant, draft_id)
     if draft is None:
         raise draft_unavailable()
     status = status_at(draft, now)
     execution = executions_repository.for_draft(session, draft.id)
-    return DraftDetail(
+    standing = progress.of_draft(session, progress.Rules.of(runtime), draft)
+    detail = DraftDetail(
         draft_id=draft.id,
         tenant=draft.tenant,
         action=draft.action,
@@ -96,13 +101,14 @@ def get_detail(
         amount=amount_of(draft),
         risk=draft.risk,
         policy=draft.policy,
-        approvals_required=draft.approvals_required,
+        approvals_required=standing.required,
+        progress=ProgressDetail.of(standing),
         proposed_by=ProposedBy(agent=draft.proposed_by, on_behalf_of=draft.on_behalf_of),
         trace_id=draft.trace_id,
         created_at=draft.created_at,
         updated_at=draft.updated_at,
         expires_at=draft.expires_at,
-        approvals=_approvals(session, draft),
+        approvals=[_approval_view(verdict) for verdict in standing.verdicts],
         revisions=[
             RevisionView(
                 revision=r.revision,
@@ -121,38 +127,26 @@ def get_detail(
             else None
         ),
     )
+    return detail, standing
 
 
-def _approvals(session: Session, draft: Draft) -> list[DraftApproval]:
-    """Every decision ever recorded on the draft, and whether it counts for the current revision."""
-    approvals = approvals_repository.for_draft(session, draft.id)
-    keys = keys_repository.by_ids(session, draft.tenant, {a.key_id for a in approvals})
-    digest = params_sha256(draft.params)
-    return [_approval_view(a, draft, keys.get(a.key_id), digest) for a in approvals]
-
-
-def _approval_view(approval: Approval, draft: Draft, key: Any, digest: str) -> DraftApproval:
-    current = approval.revision == draft.revision
-    problem = (
-        approval_problem(approval, draft, key, digest=digest)
-        if current
-        else "signed an earlier revision"
-    )
+def _approval_view(verdict: progress.Verdict) -> DraftApproval:
+    signed = verdict.signed
     return DraftApproval(
-        approval_id=approval.id,
-        revision=approval.revision,
-        approver=approval.approver,
-        key_id=approval.key_id,
-        decision=approval.decision,
-        reason=approval.reason,
-        issued_at=str(approval.statement.get("issued_at")),
-        recorded_at=approval.created_at,
-        counts=current and problem is None and approval.decision is Decision.APPROVE,
-        problem=problem,
+        approval_id=signed.reference,
+        revision=signed.revision,
+        approver=signed.approver,
+        key_id=signed.key_id,
+        decision=signed.decision,
+        reason=signed.reason,
+        issued_at=signed.issued_at,
+        recorded_at=signed.signed_at,
+        counts=verdict.counts,
+        problem=verdict.problem,
     )
 
 
-def _summary(draft: Draft, approvals_received: int, now: datetime) -> DraftSummary:
+def _summary(draft: Draft, standing: progress.ApprovalProgress, now: datetime) -> DraftSummary:
     return DraftSummary(
         draft_id=draft.id,
         action=draft.action,
@@ -161,7 +155,7 @@ def _summary(draft: Draft, approvals_received: int, now: datetime) -> DraftSumma
         summary=draft.summary,
         amount=amount_of(draft),
         risk=draft.risk,
-        approvals=ApprovalProgress(required=draft.approvals_required, received=approvals_received),
+        approvals=ProgressDetail.of(standing),
         created_at=draft.created_at,
         expires_at=draft.expires_at,
     )

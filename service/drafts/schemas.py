@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.approvals import progress
 from service.approvals.schemas import Decision
 from service.drafts.models import Draft, DraftStatus
 from service.executions.models import ExecutionStatus
@@ -16,8 +17,47 @@ DRAFT_ID_PATTERN = r"^dft_[0-9a-f]{32}$"
 
 
 class ApprovalProgress(BaseModel):
-    required: int = Field(description="Distinct human approvals the policy requires.")
-    received: int = Field(description="Valid approvals of the current revision so far.")
+    """How far the draft is from approved, exactly as the execute gate counts it."""
+
+    required: int = Field(
+        description="Distinct human approvals required now: the larger of what the draft "
+        "recorded when proposed and what the configured policy demands today."
+    )
+    received: int = Field(
+        description="Approvals of the current revision that count: their signatures verify "
+        "now, with keys not revoked, by approvers other than the proposer."
+    )
+
+    @classmethod
+    def of(cls, standing: progress.ApprovalProgress) -> ApprovalProgress:
+        return cls(required=standing.required, received=standing.received)
+
+
+class ProgressDetail(ApprovalProgress):
+    """The approval progress in full, for approvers and auditors."""
+
+    missing: int = Field(description="Approvals still needed (0 once enough count).")
+    approvers: list[str] = Field(description="Who counts toward the quorum.")
+    rejected_by: list[str] = Field(description="Who rejected it (one rejection ends it).")
+    met: bool = Field(
+        description="Whether the approvals counted now let it execute (no rejection, enough "
+        "approvers); what the execute endpoint and the worker decide on."
+    )
+    problem: str | None = Field(
+        description="Why the number required cannot be known (then nothing is met)."
+    )
+
+    @classmethod
+    def of(cls, standing: progress.ApprovalProgress) -> ProgressDetail:
+        return cls(
+            required=standing.required,
+            received=standing.received,
+            missing=standing.missing,
+            approvers=standing.approvers,
+            rejected_by=standing.rejected_by,
+            met=standing.met,
+            problem=standing.unknown_requirement,
+        )
 
 
 class AgentDraftView(BaseModel):
@@ -62,11 +102,11 @@ def agent_view(
     status: DraftStatus,
     reason: str | None,
     masked_params: dict[str, Any],
-    approvals_received: int,
+    standing: progress.ApprovalProgress,
     replayed: bool = False,
     outcome: dict[str, Any] | None = None,
 ) -> AgentDraftView:
-    message, next_action = _advice(draft, status, approvals_received, outcome)
+    message, next_action = _advice(draft, status, standing, outcome)
     return AgentDraftView(
         draft_id=draft.id,
         trace_id=draft.trace_id,
@@ -78,7 +118,7 @@ def agent_view(
         params_sha256=draft.params_sha256,
         amount=amount_of(draft),
         risk=draft.risk,
-        approvals=ApprovalProgress(required=draft.approvals_required, received=approvals_received),
+        approvals=ApprovalProgress.of(standing),
         created_at=draft.created_at,
         expires_at=draft.expires_at,
         replayed=replayed,
@@ -90,16 +130,28 @@ def agent_view(
 
 
 def _advice(
-    draft: Draft, status: DraftStatus, received: int, outcome: dict[str, Any] | None
+    draft: Draft,
+    status: DraftStatus,
+    standing: progress.ApprovalProgress,
+    outcome: dict[str, Any] | None,
 ) -> tuple[str, str]:
     check_later = f"Call get_draft with draft_id {draft.id} later to learn the outcome."
     match status:
         case DraftStatus.PROPOSED:
             return (
                 f"The request is recorded as draft {draft.id} and waits for human approval "
-                f"({received} of {draft.approvals_required} approvals). Nothing has been "
+                f"({standing.received} of {standing.required} approvals). Nothing has been "
                 "executed yet.",
                 "Tell the user the request is pending human review. " + check_later,
+            )
+        case DraftStatus.APPROVED if not standing.met:
+            return (
+                "A human approved the request, but its approvals no longer hold "
+                f"({standing.received} of {standing.required} still count, for example "
+                "because an approver's key was revoked), so it will not be executed. Nothing "
+                "has run.",
+                "Tell the user the request cannot be carried out as approved; propose it again "
+                "if they still want it.",
             )
         case DraftStatus.APPROVED:
             return (
@@ -153,7 +205,7 @@ class DraftSummary(BaseModel):
     summary: str
     amount: AmountView | None
     risk: str
-    approvals: ApprovalProgress
+    approvals: ProgressDetail
     created_at: datetime
     expires_at: datetime
 
@@ -209,8 +261,12 @@ class DraftDetail(BaseModel):
     summary: str
     amount: AmountView | None
     risk: str
-    policy: dict[str, Any]
-    approvals_required: int
+    policy: dict[str, Any] = Field(description="The policy as applied when it was proposed.")
+    approvals_required: int = Field(
+        description="Distinct approvals required now (progress.required): never fewer than "
+        "the policy recorded, more if the configured policy demands more today."
+    )
+    progress: ProgressDetail
     proposed_by: ProposedBy
     trace_id: str | None
     created_at: datetime

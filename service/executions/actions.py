@@ -6,7 +6,8 @@ from datetime import datetime
 
 from sqlmodel import Session
 
-from service.approvals.actions import check_contract, check_quorum
+from service.approvals import progress
+from service.approvals.actions import check_contract
 from service.audit import actions as audit
 from service.drafts import repository as drafts_repository
 from service.drafts import state as draft_state
@@ -91,9 +92,9 @@ def _check_executable(
     if draft.status is not DraftStatus.APPROVED:
         raise errors.not_approved(draft.status.value)
     check_contract(runtime, draft)
-    quorum = check_quorum(session, draft, runtime)
-    if not quorum.met:
+    standing = progress.of_draft(session, progress.Rules.of(runtime), draft)
+    if not standing.met:
         # The status says approved but the signatures do not carry it: a key was revoked
         # since, or someone changed the database behind our back. Refuse, loudly.
-        raise quorum.refusal()
-    return quorum.approvers
+        raise standing.refusal()
+    return standing.approvers

@@ -32,7 +32,7 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
-from service.approvals.actions import check_quorum
+from service.approvals import progress
 from service.catalogue import error_code
 from service.db import session_scope
 from service.drafts import repository as drafts_repository
@@ -208,7 +208,7 @@ def _refusal(
     if action.contract_version != draft.contract_version:
         changed = contract_changed(draft.action, draft.contract_version, action.contract_version)
         return Refusal(changed.code, changed.message, security=False)
-    quorum = check_quorum(session, draft, runtime)
+    quorum = progress.of_draft(session, progress.Rules.of(runtime), draft)
     if quorum.met:
         return None
     refusal = quorum.refusal()

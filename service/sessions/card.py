@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlmodel import Session
 
+from service.approvals import progress
 from service.audit import repository as audit_repository
 from service.audit.traces import describe
 from service.drafts import repository as drafts_repository
@@ -18,8 +19,7 @@ from service.drafts.models import DraftStatus
 from service.drafts.schemas import DraftDetail
 from service.money import AmountView, currency_exponent, render_amount
 from service.principal import Principal, Role
-from service.registry.loader import ActionRegistry
-from service.sessions import repository
+from service.runtime import Runtime
 from service.sessions.signed import signed_view
 from service.sql import rfc3339
 
@@ -65,7 +65,7 @@ class Card:
     changes: list[Change]
     previous_summary: str | None
     trace: list[Step]
-    approved_by: list[str]
+    progress: progress.ApprovalProgress  # as the execute gate counts it
     # Why the signed-in person cannot approve / reject it now (None: they can).
     approve_blocked: str | None
     reject_blocked: str | None
@@ -76,19 +76,21 @@ def card(
     principal: Principal,
     draft_id: str,
     *,
-    registry: ActionRegistry,
+    runtime: Runtime,
     now: datetime,
 ) -> Card:
     """Everything the card shows; for approvers and auditors of the draft's tenant."""
-    detail = review.get_detail(session, principal, draft_id, now=now)
+    detail, standing = review.detail_and_progress(
+        session, principal, draft_id, runtime=runtime, now=now
+    )
     signed = signed_view(
-        registry,
+        runtime.registry,
         action=detail.action,
         params=detail.params,
         stored_sha256=detail.params_sha256,
         stored_amount=detail.amount,
     )
-    approve_blocked = _blocked(session, principal, detail, DraftStatus.PROPOSED)
+    approve_blocked = _blocked(principal, detail, standing, DraftStatus.PROPOSED)
     if signed.problem is not None and approve_blocked is None:
         approve_blocked = f"the stored draft does not match its params: {signed.problem}"
     revisions = drafts_repository.revisions(session, draft_id)
@@ -108,28 +110,29 @@ def card(
             {r.trace_id for r in revisions} | {detail.trace_id},
             actor=f"{Role.AGENT.value}:{detail.proposed_by.agent}",
         ),
-        approved_by=sorted(
-            {a.approver for a in detail.approvals if a.counts and a.decision.value == "approve"}
-        ),
+        progress=standing,
         approve_blocked=approve_blocked,
         reject_blocked=_blocked(
-            session, principal, detail, DraftStatus.PROPOSED, DraftStatus.APPROVED
+            principal, detail, standing, DraftStatus.PROPOSED, DraftStatus.APPROVED
         ),
     )
 
 
 def _blocked(
-    session: Session, principal: Principal, detail: DraftDetail, *open_in: DraftStatus
+    principal: Principal,
+    detail: DraftDetail,
+    standing: progress.ApprovalProgress,
+    *open_in: DraftStatus,
 ) -> str | None:
     if principal.role is not Role.APPROVER:
         return "only approvers decide drafts"
     if detail.status not in open_in:
         return f"the draft is {detail.status.value}"
-    if principal.subject in {detail.proposed_by.agent, detail.proposed_by.on_behalf_of}:
-        return "you proposed this draft (maker and checker must differ)"
-    signed = repository.signed_by(session, principal.tenant, principal.subject, [detail.draft_id])
-    if (detail.draft_id, detail.revision) in signed:
-        return f"you have already signed revision {detail.revision}"
+    match standing.bar(principal.subject):
+        case progress.Bar.PROPOSER:
+            return "you proposed this draft (maker and checker must differ)"
+        case progress.Bar.ALREADY_SIGNED:
+            return f"you have already signed revision {standing.revision}"
     return None
 
 

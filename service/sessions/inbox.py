@@ -18,15 +18,14 @@ from typing import Any
 
 from sqlmodel import Session
 
-from service.approvals import repository as approvals_repository
+from service.approvals import progress
 from service.drafts import repository as drafts_repository
 from service.drafts.models import Draft, DraftStatus
 from service.drafts.schemas import amount_of
 from service.drafts.state import status_at
 from service.money import AmountView, to_major
 from service.principal import Principal, Role
-from service.registry.loader import ActionRegistry
-from service.sessions import repository
+from service.runtime import Runtime
 from service.sessions.signed import signed_view
 
 # The most drafts an inbox shows; a larger queue is the API's to page through.
@@ -59,8 +58,7 @@ class InboxItem:
     amount: AmountView | None  # of the signed params, never the stored amount columns
     inconsistent: str | None  # why the stored draft disagrees with its params, or None
     risk: str
-    approvals_received: int
-    approvals_required: int
+    progress: progress.ApprovalProgress  # as the execute gate counts it
     proposed_by: str
     on_behalf_of: str | None
     created_at: datetime
@@ -71,7 +69,7 @@ def inbox(
     session: Session,
     principal: Principal,
     *,
-    registry: ActionRegistry,
+    runtime: Runtime,
     now: datetime,
     status: InboxStatus = InboxStatus.PROPOSED,
     action: str | None = None,
@@ -96,27 +94,27 @@ def inbox(
             limit=INBOX_LIMIT,
             now=now,
         )
+    standings = progress.of_drafts(session, progress.Rules.of(runtime), drafts)
     if principal.role is Role.APPROVER:
-        drafts = _decidable(session, principal, drafts)
-    counts = approvals_repository.approval_counts(session, {d.id: d.revision for d in drafts})
-    items = [_item(registry, draft, counts[draft.id], now) for draft in drafts]
+        drafts = [d for d in drafts if _decidable(d, standings[d.id].bar(principal.subject))]
+    items = [_item(runtime, draft, standings[draft.id], now) for draft in drafts]
     items.sort(key=_sort_key(sort), reverse=descending)
     return items[:INBOX_LIMIT]
 
 
-def _decidable(session: Session, principal: Principal, drafts: list[Draft]) -> list[Draft]:
+def _decidable(draft: Draft, bar: progress.Bar | None) -> bool:
     """Maker ≠ checker, and one signature per approver and revision (DESIGN.md §4). An
     approved draft stays in its approvers' inbox: it waits for one of them to execute it."""
-    own = [d for d in drafts if principal.subject not in {d.proposed_by, d.on_behalf_of}]
-    signed = repository.signed_by(session, principal.tenant, principal.subject, {d.id for d in own})
-    return [
-        d for d in own if d.status is not DraftStatus.PROPOSED or (d.id, d.revision) not in signed
-    ]
+    if bar is progress.Bar.PROPOSER:
+        return False
+    return bar is None or draft.status is not DraftStatus.PROPOSED
 
 
-def _item(registry: ActionRegistry, draft: Draft, received: int, now: datetime) -> InboxItem:
+def _item(
+    runtime: Runtime, draft: Draft, standing: progress.ApprovalProgress, now: datetime
+) -> InboxItem:
     signed = signed_view(
-        registry,
+        runtime.registry,
         action=draft.action,
         params=draft.params,
         stored_sha256=draft.params_sha256,
@@ -131,8 +129,7 @@ def _item(registry: ActionRegistry, draft: Draft, received: int, now: datetime) 
         amount=signed.amount,
         inconsistent=signed.problem,
         risk=draft.risk,
-        approvals_received=received,
-        approvals_required=draft.approvals_required,
+        progress=standing,
         proposed_by=draft.proposed_by,
         on_behalf_of=draft.on_behalf_of,
         created_at=draft.created_at,

@@ -6,7 +6,6 @@ from collections.abc import Collection
 
 from sqlmodel import Session, col, select
 
-from service.approvals.models import Approval
 from service.audit.models import AuditEvent
 from service.sessions.models import ConsoleSession
 
@@ -26,20 +25,6 @@ def get(session: Session, session_id: str, *, for_update: bool = False) -> Conso
     if for_update:
         statement = statement.with_for_update().execution_options(populate_existing=True)
     return session.exec(statement).one_or_none()
-
-
-def signed_by(
-    session: Session, tenant: str, approver: str, draft_ids: Collection[str]
-) -> set[tuple[str, int]]:
-    """The (draft, revision) pairs among ``draft_ids`` that ``approver`` has decided."""
-    if not draft_ids:
-        return set()
-    statement = select(Approval.draft_id, Approval.revision).where(
-        col(Approval.tenant) == tenant,
-        col(Approval.approver) == approver,
-        col(Approval.draft_id).in_(sorted(draft_ids)),
-    )
-    return {(draft_id, revision) for draft_id, revision in session.exec(statement).all()}
 
 
 def events_after(

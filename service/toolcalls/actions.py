@@ -211,7 +211,9 @@ def _draft_status(
     ctx: ActionContext, runtime: Runtime, spec: ToolSpec, params: StrictInput
 ) -> _Answer:
     assert isinstance(params, GetDraftInput)
-    view = drafts.get_for_agent(ctx, runtime.registry.writes, params.draft_id)
+    view = drafts.get_for_agent(
+        ctx, runtime.registry.writes, params.draft_id, policies=runtime.policies
+    )
     return _Answer(view.model_dump(mode="json"), {"draft_id": params.draft_id}, params.draft_id)
 
 

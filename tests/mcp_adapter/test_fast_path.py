@@ -31,8 +31,10 @@ BUDGET = {
     ("sqlite", "get_order"): 9,
     ("postgresql", "get_order"): 5,
     # +1 since webhooks: an announced event (draft.proposed) looks up the tenant's endpoints.
-    ("sqlite", "propose_refund"): 13,
-    ("postgresql", "propose_refund"): 11,
+    # +1 since the agent's view reports the execute gate's count: the number required as the
+    # gate resolves it (its cumulative peers as of the draft's creation).
+    ("sqlite", "propose_refund"): 14,
+    ("postgresql", "propose_refund"): 12,
 }
 
 

@@ -80,7 +80,7 @@ def test_the_approval_stays_visible_as_historical(runtime, demo):
 
     with session_scope(runtime.engine) as session:
         auditor = tokens.authenticate(session, demo["tokens"]["auditor"])
-        detail = review.get_detail(session, auditor, draft_id, now=utcnow())
+        detail = review.get_detail(session, auditor, draft_id, runtime=runtime, now=utcnow())
 
     (approval,) = detail.approvals
     assert (approval.approver, approval.decision, approval.counts) == ("alice", "approve", False)

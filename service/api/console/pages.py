@@ -270,7 +270,7 @@ def inbox(
     items = inboxes.inbox(
         session,
         caller.principal,
-        registry=runtime.registry,
+        runtime=runtime,
         now=utcnow(),
         **_inbox_query(status, action, sort, order),
     )
@@ -306,7 +306,7 @@ def inbox_rows(
     items = inboxes.inbox(
         session,
         caller.principal,
-        registry=runtime.registry,
+        runtime=runtime,
         now=utcnow(),
         **_inbox_query(status, action, sort, order),
     )
@@ -326,7 +326,7 @@ def card(
 ) -> HTMLResponse:
     if not re.fullmatch(DRAFT_ID_PATTERN.strip("^$"), draft_id):
         raise draft_unavailable()  # the same answer as a draft that is not there
-    view = cards.card(session, caller.principal, draft_id, registry=runtime.registry, now=utcnow())
+    view = cards.card(session, caller.principal, draft_id, runtime=runtime, now=utcnow())
     d = view.detail
     draft_data = {
         "draft_id": d.draft_id,
@@ -338,7 +338,7 @@ def card(
         "params_sha256": d.params_sha256,
         "approver": caller.principal.subject,
         "status": d.status.value,
-        "policy": {"required": d.approvals_required, "approved": len(view.approved_by)},
+        "policy": {"required": view.progress.required, "approved": view.progress.received},
         "execution_id": d.execution.execution_id if d.execution else None,
     }
     return _page(request, "card.html", caller, card=view, draft_data=draft_data)

@@ -57,7 +57,7 @@ def list_drafts(
     return review.list_drafts(
         session,
         principal,
-        cursors=runtime.cursors,
+        runtime=runtime,
         status=status,
         action=action,
         cursor=cursor,
@@ -72,8 +72,10 @@ def list_drafts(
     name="drafts.read",
     responses=problems(400, 401, 403, 404),
 )
-def get_draft(draft_id: DraftId, session: ReadUnit, principal: Reviewer) -> DraftDetail:
-    return review.get_detail(session, principal, draft_id, now=utcnow())
+def get_draft(
+    draft_id: DraftId, session: ReadUnit, runtime: RuntimeDep, principal: Reviewer
+) -> DraftDetail:
+    return review.get_detail(session, principal, draft_id, runtime=runtime, now=utcnow())
 
 
 @router.post(
@@ -104,7 +106,7 @@ def submit_approval(
         now=now,
         trace_id=trace_id,
     )
-    return review.get_detail(session, principal, draft_id, now=now)
+    return review.get_detail(session, principal, draft_id, runtime=runtime, now=now)
 
 
 @router.post(

@@ -839,7 +839,8 @@ def test_a_large_refund_needs_alice_and_bob(api, runtime, demo, door):
         "/v1/drafts", params={"status": "proposed"}, headers=bearer(token(demo, "bob"))
     ).json()["drafts"]
     [line] = [d for d in listed if d["draft_id"] == draft_id]
-    assert line["approvals"] == {"required": 2, "received": 1}
+    progress = line["approvals"]
+    assert (progress["required"], progress["received"], progress["approvers"]) == (2, 1, ["alice"])
     agent_view = door.call("get_draft", {"draft_id": draft_id}, new_trace_id(), None)
     assert agent_view["status"] == "proposed"
     assert agent_view["approvals"] == {"required": 2, "received": 1}

@@ -208,7 +208,15 @@ def test_a_queue_line_shows_status_amount_and_approval_progress(api, demo, door)
 
     assert line["draft_id"] == draft_id
     assert (line["action"], line["status"], line["revision"]) == ("refund", "proposed", 1)
-    assert line["approvals"] == {"required": 2, "received": 1}
+    assert line["approvals"] == {
+        "required": 2,
+        "received": 1,
+        "missing": 1,
+        "approvers": ["alice"],
+        "rejected_by": [],
+        "met": False,
+        "problem": None,
+    }
     assert line["amount"]["amount_minor"] == 60_000
     assert line["amount"]["currency"] == "USD"
     assert "600.00" in line["summary"]

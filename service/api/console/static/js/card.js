@@ -104,11 +104,12 @@ async function signAndPost(draft, paramsSha256, { decision, passkey }) {
   const answer = await postJson(url, body);
   const updated = answer.draft;
   const verb = decision === "approve" ? "approved" : "rejected";
-  const counted = (updated.approvals || []).filter((a) => a.counts && a.decision === "approve");
+  // The server's count (the execute gate's), never one of our own.
+  const progress = updated.progress;
   write(
     "decision-status",
     `${verb} revision ${draft.revision}; the draft is now ${updated.status} ` +
-      `(${counted.length} of ${updated.approvals_required} approvals)`,
+      `(${progress.received} of ${progress.required} approvals)`,
   );
   if (updated.status === "approved") {
     showExecute();

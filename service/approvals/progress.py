@@ -1,0 +1,446 @@
+"""How far a draft is from approved: the one answer that the execute gate, the worker, the
+approve path and every view (API, agent, console, CLI) read. Nothing else counts approvals
+(DESIGN.md §12, "Approval progress has one owner").
+
+A signed decision counts when its signature verifies over exactly what it covers (the draft's
+current revision: tenant, id, revision, action, contract version and the digest of the params
+as stored now), with a key registered to its approver and not revoked, by someone who did
+not propose the draft (maker ≠ checker), once per approver. The number required is the
+larger of what the draft recorded when it was proposed and what the configured policy
+demands now for the amount in the *signed* params (never the unsigned amount columns), so no
+edited column and no lowered record can lower the bar. One verified rejection ends the draft.
+
+Signed decisions come from sources (``SOURCES``). Today there is one: the approvals stored
+one per approver and revision. A standing grant or a batch statement (issues 20 and 21) is
+another source whose decisions bring their own proof (what their signature covers, how it
+verifies); every rule here applies to them unchanged, and no second place counts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Protocol
+
+from pydantic import ValidationError
+from sqlmodel import Session
+
+from service.approvals import errors, repository, signatures
+from service.approvals.models import Approval
+from service.approvals.schemas import STATEMENT_TYPE, Decision
+from service.canonical import canonical_json, params_sha256
+from service.config import Settings
+from service.drafts.models import Draft
+from service.drafts.policy import PolicyQuestion, applied_policies
+from service.errors import DomainError
+from service.executions import errors as execution_errors
+from service.keys import repository as keys_repository
+from service.keys.assertions import RelyingParty, relying_party
+from service.keys.repository import Credential
+from service.money import Money
+from service.policies.schemas import PolicyConfig
+from service.registry.base import WriteAction
+from service.runtime import Runtime
+
+# Why a signed decision does not count (shown to approvers beside each decision).
+EARLIER_REVISION = "signed an earlier revision"
+KEY_NOT_REGISTERED = "the signing key is not registered to the approver"
+REVOKED_BEFORE = "the key was revoked before it signed"
+SIGNED_BY_PROPOSER = "the approver proposed the draft"
+# A valid approval whose key was revoked afterwards: historical, no longer counted
+# (revocation answers a stolen key, so nothing it approved runs).
+REVOKED_SINCE = "the key was revoked after it signed; its approvals no longer count"
+COUNTED_ONCE = "another approval of the same approver already counts"
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What counting rests on besides the stored rows: the registered write actions, the
+    configured policies, and the settings (default TTL, the passkeys' relying party)."""
+
+    writes: Mapping[str, WriteAction]
+    policies: dict[str, PolicyConfig]
+    settings: Settings
+
+    @classmethod
+    def of(cls, runtime: Runtime) -> Rules:
+        return cls(runtime.registry.writes, runtime.policies, runtime.settings)
+
+
+class Proof(Protocol):
+    """What one signed decision's signature covers, and how it verifies: each source of
+    signed decisions brings its own."""
+
+    def binding_problem(self, draft: Draft, digest: str) -> str | None:
+        """Why it does not cover exactly the draft's current revision (``digest``: of the
+        params as stored now), or None."""
+
+    def signature_problem(self, key: Credential, party: RelyingParty) -> str | None:
+        """Why its signature does not verify with ``key``, or None."""
+
+
+@dataclass(frozen=True)
+class SignedDecision:
+    """An approve or reject decision signed by an approver, from any source."""
+
+    reference: str  # what a person looks it up by (an approval id)
+    approver: str
+    key_id: str
+    scheme: str
+    decision: Decision
+    reason: str | None
+    issued_at: str
+    # When draftgate accepted it: a key revoked before then signed nothing that counts.
+    signed_at: datetime
+    # The revision it was signed for (a source of decisions bound to no single revision, a
+    # standing grant, names the one it is loaded for).
+    revision: int
+    proof: Proof
+
+
+class Source(Protocol):
+    def load(
+        self, session: Session, drafts: Sequence[Draft], *, new: frozenset[str]
+    ) -> dict[str, list[SignedDecision]]:
+        """The signed decisions bearing on each draft, by draft id, in a fixed number of
+        queries whatever the number of drafts. ``new``: the drafts whose current revision
+        this unit of work wrote (nobody can have signed it yet)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What counting made of one signed decision."""
+
+    signed: SignedDecision
+    problem: str | None  # why it does not count; None: it verifies
+    counts: bool  # a verified approval of the current revision, the approver's first
+
+
+class Bar(StrEnum):
+    """Why someone may not sign a draft's current revision."""
+
+    PROPOSER = "proposer"  # maker ≠ checker
+    ALREADY_SIGNED = "already_signed"  # one signature per approver and revision
+
+
+@dataclass(frozen=True)
+class ApprovalProgress:
+    """How far one draft is from approved, as the execute gate and the worker see it."""
+
+    draft_id: str
+    revision: int
+    required: int
+    verdicts: tuple[Verdict, ...]  # every signed decision on the draft, oldest first
+    proposers: frozenset[str]  # who may not decide it
+    # Why the number required cannot be known (the action is gone, the params do not
+    # validate): then nothing is met.
+    unknown_requirement: str | None = None
+
+    @property
+    def current(self) -> list[Verdict]:
+        """The verdicts on decisions about the current revision."""
+        return [v for v in self.verdicts if v.signed.revision == self.revision]
+
+    @property
+    def approvers(self) -> list[str]:
+        """Who counts, sorted."""
+        return sorted(v.signed.approver for v in self.verdicts if v.counts)
+
+    @property
+    def received(self) -> int:
+        return len(self.approvers)
+
+    @property
+    def missing(self) -> int:
+        return max(0, self.required - self.received)
+
+    @property
+    def rejections(self) -> list[Verdict]:
+        """Verified rejections of the current revision: any one ends the draft."""
+        return [
+            v for v in self.current if v.problem is None and v.signed.decision is Decision.REJECT
+        ]
+
+    @property
+    def rejected_by(self) -> list[str]:
+        return sorted(v.signed.approver for v in self.rejections)
+
+    @property
+    def met(self) -> bool:
+        """Whether the draft may run on these approvals (no rejection, enough approvers)."""
+        return (
+            self.unknown_requirement is None
+            and not self.rejections
+            and self.received >= self.required
+        )
+
+    @property
+    def problems(self) -> list[str]:
+        """Why each decision on the current revision does not count, and why the number
+        required is unknown, if it is."""
+        found = [self.unknown_requirement] if self.unknown_requirement else []
+        return found + [
+            f"{v.signed.reference} by {v.signed.approver}: {v.problem}"
+            for v in self.current
+            if v.problem
+        ]
+
+    @property
+    def revoked(self) -> list[str]:
+        """Approvers whose approval verified but whose key was revoked since."""
+        return sorted(
+            v.signed.approver
+            for v in self.current
+            if v.problem == REVOKED_SINCE and v.signed.decision is Decision.APPROVE
+        )
+
+    def verdict(self, reference: str) -> Verdict | None:
+        return next((v for v in self.verdicts if v.signed.reference == reference), None)
+
+    def bar(self, subject: str) -> Bar | None:
+        """Why ``subject`` may not sign the current revision now, or None."""
+        if subject in self.proposers:
+            return Bar.PROPOSER
+        if any(v.signed.approver == subject for v in self.current):
+            return Bar.ALREADY_SIGNED
+        return None
+
+    def refusal(self) -> DomainError:
+        """Why the draft may not run, as the error its execution is refused with."""
+        # Only revocations stand between it and the quorum: not tampering, a stolen key.
+        revoked = self.revoked
+        only_revoked = revoked and len(self.problems) == len(revoked)
+        if only_revoked and self.received + len(revoked) >= self.required and not self.rejections:
+            return errors.approval_key_revoked(revoked)
+        return execution_errors.approvals_unverified(
+            {
+                "required": self.required,
+                "verified_approvers": self.approvers,
+                "problems": self.problems,
+            }
+        )
+
+
+def proposers_of(draft: Draft) -> frozenset[str]:
+    """Who may not decide a draft (maker ≠ checker): the agent that proposed it and the end
+    user it was proposed for."""
+    return frozenset(s for s in (draft.proposed_by, draft.on_behalf_of) if s)
+
+
+def of_draft(
+    session: Session, rules: Rules, draft: Draft, *, new: bool = False
+) -> ApprovalProgress:
+    """The approval progress of one draft (see ``of_drafts``); ``new``: this unit of work
+    wrote its current revision."""
+    return of_drafts(session, rules, [draft], new=frozenset({draft.id} if new else ()))[draft.id]
+
+
+def of_drafts(
+    session: Session, rules: Rules, drafts: Sequence[Draft], *, new: frozenset[str] = frozenset()
+) -> dict[str, ApprovalProgress]:
+    """The approval progress of each draft, by id, judged from the stored rows now (no
+    status flag is trusted). A fixed number of queries whatever the number of drafts: the
+    signed decisions of every source, their keys, and the policy peers' amounts. ``new``:
+    the drafts whose current revision this unit of work wrote."""
+    signed: dict[str, list[SignedDecision]] = {draft.id: [] for draft in drafts}
+    for source in SOURCES:
+        for draft_id, decisions in source.load(session, drafts, new=new).items():
+            signed[draft_id].extend(decisions)
+    keys = _keys(session, drafts, signed)
+    required = _required(session, rules, drafts)
+    party = relying_party(rules.settings)
+    return {
+        draft.id: _progress(
+            draft,
+            sorted(signed[draft.id], key=lambda s: (s.signed_at, s.reference)),
+            keys.get(draft.tenant, {}),
+            required[draft.id],
+            party,
+        )
+        for draft in drafts
+    }
+
+
+def _progress(
+    draft: Draft,
+    decisions: list[SignedDecision],
+    keys: Mapping[str, Credential],
+    required: int | str,
+    party: RelyingParty,
+) -> ApprovalProgress:
+    digest = params_sha256(draft.params)
+    proposers = proposers_of(draft)
+    verdicts: list[Verdict] = []
+    counted: set[str] = set()
+    for signed in decisions:
+        problem = _problem(signed, draft, keys.get(signed.key_id), digest, proposers, party)
+        counts = problem is None and signed.decision is Decision.APPROVE
+        if counts and signed.approver in counted:
+            problem, counts = COUNTED_ONCE, False
+        if counts:
+            counted.add(signed.approver)
+        verdicts.append(Verdict(signed, problem, counts))
+    return ApprovalProgress(
+        draft_id=draft.id,
+        revision=draft.revision,
+        required=required if isinstance(required, int) else 1,
+        verdicts=tuple(verdicts),
+        proposers=proposers,
+        unknown_requirement=required if isinstance(required, str) else None,
+    )
+
+
+def _problem(
+    signed: SignedDecision,
+    draft: Draft,
+    key: Credential | None,
+    digest: str,
+    proposers: frozenset[str],
+    party: RelyingParty,
+) -> str | None:
+    """Why a signed decision does not count for the draft's current revision, or None."""
+    if signed.revision != draft.revision:
+        return EARLIER_REVISION
+    problem = signed.proof.binding_problem(draft, digest)
+    if problem:
+        return problem
+    if key is None or key.approver != signed.approver:
+        return KEY_NOT_REGISTERED
+    if key.revoked_at is not None and key.revoked_at <= signed.signed_at:
+        return REVOKED_BEFORE
+    problem = signed.proof.signature_problem(key, party)
+    if problem:
+        return problem
+    if signed.approver in proposers:
+        return SIGNED_BY_PROPOSER
+    if key.revoked_at is not None:
+        return REVOKED_SINCE
+    return None
+
+
+def _keys(
+    session: Session, drafts: Sequence[Draft], signed: Mapping[str, list[SignedDecision]]
+) -> dict[str, dict[str, Credential]]:
+    """The credentials the decisions name, by tenant and key id (one query per scheme)."""
+    wanted: dict[str, set[str]] = {}
+    for draft in drafts:
+        wanted.setdefault(draft.tenant, set()).update(s.key_id for s in signed[draft.id])
+    return {
+        tenant: keys_repository.by_ids(session, tenant, key_ids)
+        for tenant, key_ids in wanted.items()
+    }
+
+
+def _required(session: Session, rules: Rules, drafts: Sequence[Draft]) -> dict[str, int | str]:
+    """How many approvers each draft needs now, or why that cannot be known."""
+    unknown: dict[str, str] = {}
+    questions: list[PolicyQuestion] = []
+    for draft in drafts:
+        amount = _signed_amount(rules, draft)
+        if isinstance(amount, str):
+            unknown[draft.id] = amount
+            continue
+        # The peers that were there when it was proposed (never later ones).
+        questions.append(
+            PolicyQuestion(
+                draft_id=draft.id,
+                tenant=draft.tenant,
+                action=draft.action,
+                params=draft.params,
+                amount=amount,
+                as_of=draft.created_at,
+                created_before=draft.created_at,
+            )
+        )
+    applied = applied_policies(
+        session,
+        rules.policies,
+        questions,
+        default_ttl_seconds=rules.settings.default_draft_ttl_seconds,
+    )
+    return {
+        draft.id: unknown.get(draft.id)
+        or max(draft.approvals_required, applied[draft.id][0].approvals_required, 1)
+        for draft in drafts
+    }
+
+
+def _signed_amount(rules: Rules, draft: Draft) -> Money | str | None:
+    """The amount in the signed params, or why it cannot be read."""
+    action = rules.writes.get(draft.action)
+    if action is None:
+        return f"the action {draft.action} is not registered"
+    try:
+        signed = action.Input.model_validate_json(json.dumps(draft.params))
+    except ValidationError:
+        return "the stored params are not valid for the action"
+    return action.amount_of(signed)
+
+
+# --- the stored approvals: the first source ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredProof:
+    """A stored approval's statement, exactly as signed, and its signature over
+    JCS(statement): an Ed25519 signature or a passkey's assertion (docs/approvals.md)."""
+
+    approval: Approval
+
+    def binding_problem(self, draft: Draft, digest: str) -> str | None:
+        approval = self.approval
+        expected = {
+            "type": STATEMENT_TYPE,
+            "tenant": draft.tenant,
+            "draft_id": draft.id,
+            "revision": draft.revision,
+            "action": draft.action,
+            "contract_version": draft.contract_version,
+            "params_sha256": digest,
+            "approver": approval.approver,
+            "key_id": approval.key_id,
+            "decision": approval.decision.value,
+        }
+        statement = approval.statement
+        mismatched = sorted(
+            name for name, value in expected.items() if statement.get(name) != value
+        )
+        if mismatched:
+            return "statement does not match the stored draft: " + ", ".join(mismatched)
+        return None
+
+    def signature_problem(self, key: Credential, party: RelyingParty) -> str | None:
+        signed = canonical_json(self.approval.statement)
+        return signatures.problem(self.approval, key, signed, party)
+
+
+class StoredApprovals:
+    """The decisions ``POST /v1/drafts/{id}/approvals`` accepted: one row per approver and
+    revision."""
+
+    def load(
+        self, session: Session, drafts: Sequence[Draft], *, new: frozenset[str]
+    ) -> dict[str, list[SignedDecision]]:
+        rows = repository.for_drafts(session, [d.id for d in drafts if d.id not in new])
+        return {draft_id: [stored(a) for a in approvals] for draft_id, approvals in rows.items()}
+
+
+def stored(approval: Approval) -> SignedDecision:
+    return SignedDecision(
+        reference=approval.id,
+        approver=approval.approver,
+        key_id=approval.key_id,
+        scheme=approval.scheme,
+        decision=approval.decision,
+        reason=approval.reason,
+        issued_at=str(approval.statement.get("issued_at")),
+        signed_at=approval.created_at,
+        revision=approval.revision,
+        proof=StoredProof(approval),
+    )
+
+
+SOURCES: tuple[Source, ...] = (StoredApprovals(),)
