@@ -29,8 +29,6 @@ from service.runtime import build_runtime
 from service.sql import utcnow
 from tests.gateway.upstreams.processes import UpstreamProcess, start_mcp_http
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def desk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpstreamProcess]:

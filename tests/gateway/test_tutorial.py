@@ -21,10 +21,10 @@ import httpx
 import pytest
 import yaml
 
+from harness.servers import free_port
 from tests.gateway.upstreams.ledger import Ledger
-from tests.support.servers import free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.full
 
 ROOT = Path(__file__).resolve().parents[2]
 TUTORIAL = ROOT / "docs" / "gateway-tutorial.md"

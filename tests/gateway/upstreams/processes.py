@@ -25,8 +25,8 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.servers import free_port, serve
 from tests.gateway.upstreams.ledger import Ledger, read_jsonl
-from tests.support.servers import free_port, serve
 
 ROOT = Path(__file__).resolve().parents[3]
 UPSTREAMS_DIR = Path(__file__).resolve().parent
