@@ -51,7 +51,7 @@ from bench.common import (
     row,
     write_json,
 )
-from bench.stack import Deployment, noop_server
+from bench.stack import bench_deployment, noop_server
 
 NAME = "b1_tools"
 SESSIONS = (1, 8)
@@ -276,7 +276,7 @@ TRACEBACK = "Traceback (most recent call last)"
 def bench_backend(
     runner: Runner, backend: str, database_url: str, root: Path, baselines: dict[int, Sample]
 ) -> list[dict[str, Any]]:
-    deployment = Deployment(root / backend, database_url=database_url)
+    deployment = bench_deployment(root / backend, database_url)
     rows: list[dict[str, Any]] = []
     with ExitStack() as stack:
         stack.callback(deployment.close)
@@ -284,8 +284,8 @@ def bench_backend(
         token = manifest["tokens"]["agent"]
         orders = manifest["orders"]
         # The second process (PostgreSQL) starts with the first; idle, it costs nothing.
-        first = deployment.start("mcp", wait=False)
-        second = deployment.start("mcp", wait=False) if backend == "postgresql" else None
+        first = deployment.start_http("mcp", wait=False)
+        second = deployment.start_http("mcp", wait=False) if backend == "postgresql" else None
         for process in (first, second):
             if process is not None:
                 process.wait_ready()
@@ -303,7 +303,7 @@ def bench_backend(
                 )
                 _count_repeated_drafts(sample, drafts)
                 rows.append(_row(backend, tool, 8, 2, sample, baselines[8]))
-        logged, excerpt = server_log_errors([p.log for p in deployment.processes if p.log])
+        logged, excerpt = server_log_errors([p.log for p in deployment.processes])
     for item in rows:
         item["server_log_errors"] = dict(logged)  # per backend: the log does not say which call
         if excerpt:

@@ -32,11 +32,10 @@ from __future__ import annotations
 import asyncio
 import math
 import secrets
-import signal
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -67,7 +66,7 @@ from bench.common import (
     write_json,
 )
 from bench.peers import langgraph_refund as peer
-from bench.stack import Deployment
+from bench.stack import bench_deployment
 from service.approvals.schemas import Decision, signed_request, statement_for
 from service.canonical import params_sha256
 from service.config import Settings
@@ -301,7 +300,7 @@ async def draftgate_client(
 
 @dataclass
 class DraftgateStack:
-    deployment: Deployment
+    deployment: Any
     manifest: dict[str, Any]
     settings: Settings
     mcp_url: str
@@ -316,42 +315,30 @@ def draftgate_stack(database_url: str, state_dir: Path) -> Iterator[DraftgateSta
     """MCP server, API and a Celery worker on PostgreSQL + Redis, each its own process."""
     queue = f"b5-{secrets.token_hex(6)}"
     broker_url = REDIS_URL.rstrip("/") + "/0"
-    deployment = Deployment(
-        state_dir, database_url=database_url, broker_url=broker_url,
-        env={"DRAFTGATE_BROKER_QUEUE": queue},
-    )  # fmt: skip
+    deployment = bench_deployment(state_dir, database_url, broker_url, queue)
     engine = make_engine(database_url)
     try:
         manifest = deployment.prepare()
-        worker = deployment.start(
-            "worker", "--concurrency", str(WORKER_PROCESSES), "--hostname", f"{queue}@%h"
-        )
-        with ThreadPoolExecutor(2) as starting:  # both import for seconds: side by side
-            mcp, api = starting.map(deployment.start, ["mcp", "api"])
-        assert worker.log is not None
-        _wait_worker_ready(worker.log, worker.alive)
-        settings = Settings(
-            state_dir=state_dir, database_url=database_url, broker_url=broker_url,
-            broker_queue=queue,
-        )  # fmt: skip
+        # All three import for seconds: side by side.
+        worker = deployment.start_worker(concurrency=WORKER_PROCESSES, wait=False)
+        mcp = deployment.start_http("mcp", wait=False)
+        api = deployment.start_http("api", wait=False)
+        for process in (mcp, api, worker):
+            process.wait_ready()
         yield DraftgateStack(
-            deployment, manifest, settings, mcp.mcp_url, api.base_url, worker.log, engine, queue
+            deployment,
+            manifest,
+            deployment.settings,
+            mcp.mcp_url,
+            api.base_url,
+            worker.log,
+            engine,
+            queue,
         )
     finally:
-        for process in deployment.processes:  # all stop at once; close() waits for each
-            if process.alive():
-                process.popen.send_signal(signal.SIGTERM)
-        deployment.close()
+        deployment.close()  # all signalled at once, then each awaited
         engine.dispose()
         _purge_queue(broker_url, queue)
-
-
-def _wait_worker_ready(log: Path, alive: Callable[[], bool], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while " ready." not in log.read_text(errors="replace"):
-        if not alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"worker not ready:\n{log.read_text(errors='replace')[-3000:]}")
-        time.sleep(0.05)
 
 
 def _purge_queue(broker_url: str, queue: str) -> None:

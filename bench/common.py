@@ -41,9 +41,8 @@ Command line
                                (where to write the result instead of ``results_path``).
                                ``args.quick`` is a bool; ``args.mode`` is "quick" or "full".
 
-Local services (load targets 127.0.0.1 only)
-    ``free_port()``            a free TCP port on 127.0.0.1.
-    ``wait_http(url, timeout)`` poll until ``url`` answers with a status below 500.
+Local services (load targets 127.0.0.1 only; draftgate's processes: bench/stack.py and
+harness/, the builder tests and drills start theirs with too)
     ``postgres_database(url=POSTGRES_URL)``  context manager: a private, uniquely named
                                database (``dg_bench_<hex>``) created and dropped at the end;
                                yields its SQLAlchemy URL.
@@ -57,8 +56,6 @@ import json
 import math
 import os
 import platform
-import secrets
-import socket
 import sys
 import time
 from collections import Counter
@@ -68,7 +65,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -409,47 +405,13 @@ def quick_parser(description: str) -> argparse.ArgumentParser:
 # --- local services ------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def wait_http(url: str, timeout: float = 30.0, alive: Callable[[], bool] | None = None) -> None:
-    """Poll ``url`` until it answers below 500; ``alive()`` False (a dead process) fails fast."""
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if httpx.get(url, timeout=1).status_code < 500:
-                return
-        except httpx.TransportError:
-            pass
-        if alive is not None and not alive():
-            raise RuntimeError(f"the process serving {url} exited")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{url} did not answer within {timeout} s")
-        time.sleep(0.05)
-
-
 @contextmanager
 def postgres_database(url: str = POSTGRES_URL) -> Iterator[str]:
     """A private database on the server of ``url``, dropped (forcibly) when the block ends."""
-    import psycopg
-    from psycopg import sql
+    from harness.services import private_database
 
-    name = f"dg_bench_{secrets.token_hex(6)}"
-    admin = url.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(admin, autocommit=True) as connection:
-        connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield urlsplit(url)._replace(path=f"/{name}").geturl()
-    finally:
-        with psycopg.connect(admin, autocommit=True) as connection:
-            connection.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+    with private_database(url, prefix="dg_bench_") as database_url:
+        yield database_url
 
 
 def _cpu_model() -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -26,17 +25,17 @@ import redis
 from sqlmodel import col, select
 
 from bench.bare_celery import TASK, bare_config, bare_worker_env
-from bench.common import REDIS_URL, free_port, postgres_database, wait_http
+from bench.common import postgres_database
+from harness.approvals import approve, bearer
+from harness.deployment import Deployment
+from harness.processes import ChildProcess, WorkerProcess
+from harness.settings import deployment_settings
 from service.config import Settings
 from service.db import read_scope, session_scope
-from service.demo import seed_demo
 from service.executions.models import Execution, ExecutionAttempt
-from service.migrate import upgrade
-from service.runtime import Runtime, build_runtime
+from service.runtime import Runtime
 from service.tokens.actions import authenticate
 from service.toolcalls.actions import call_tool
-from tests.support.approvals import approve, bearer
-from tests.support.workers import WorkerProcess, settings_env, start_worker
 
 KINDS = ("embedded", "redis")
 # Delivered 3 days ago, 785.00 USD: refunds of 1..250 cents add up to 313.75 USD, under the
@@ -132,32 +131,13 @@ def _refusal_is_a_bench_bug(_session: Any, error: Exception) -> None:
     raise AssertionError(f"the bench's proposal was refused: {error}")
 
 
-def stack_settings(kind: str, workdir: Path, database_url: str) -> Settings:
-    state = workdir / "state"
-    state.mkdir(parents=True, exist_ok=True)
-    broker = (
-        f"sqla+sqlite:///{workdir / 'broker.db'}"
-        if kind == "embedded"
-        else f"{REDIS_URL.rstrip('/')}/{REDIS_DB}"
-    )
-    return Settings(
-        state_dir=state,
-        database_url=database_url,
-        broker_url=broker,
-        broker_queue=f"bench-{secrets.token_hex(6)}",
-    )
-
-
 @contextmanager
 def database(kind: str, workdir: Path) -> Iterator[str]:
-    """A migrated database with the demo shop: a SQLite file, or a private PostgreSQL one."""
+    """The database of a kind: a SQLite file, or a private PostgreSQL one (dropped after)."""
     if kind == "embedded":
-        url = f"sqlite:///{workdir / 'draftgate.db'}"
-        upgrade(url)
-        yield url
+        yield f"sqlite:///{workdir / 'draftgate.db'}"
         return
     with postgres_database() as url:
-        upgrade(url)
         yield url
 
 
@@ -166,50 +146,21 @@ def draftgate_stack(kind: str, workdir: Path, *, concurrency: int = 1) -> Iterat
     """Seeded database, ``draftgate serve api`` and ``draftgate serve worker``, all ready."""
     with ExitStack() as stack:
         url = stack.enter_context(database(kind, workdir))
-        settings = stack_settings(kind, workdir, url)
-        runtime = build_runtime(settings)
-        stack.callback(runtime.engine.dispose)
-        port = free_port()
-        api_url = f"http://127.0.0.1:{port}"
-        with session_scope(runtime.engine) as session:
-            demo = seed_demo(
-                session,
-                tenant="demo",
-                state_dir=settings.state_dir,
-                api_url=api_url,
-                mcp_url="http://127.0.0.1:1/mcp",
-            )
-        api = _start_api(settings, port, workdir / "api.log")
-        stack.callback(_stop, api)
-        wait_http(f"{api_url}/healthz", timeout=60, alive=lambda: api.poll() is None)
-        if kind == "redis":
+        settings = deployment_settings(
+            workdir, database_url=url, queue=f"bench-{secrets.token_hex(6)}"
+        )
+        if kind == "redis":  # once every process has stopped
             stack.callback(
                 _delete_redis_keys, settings.resolved_broker_url(), settings.broker_queue
             )
-        worker = start_worker(settings, workdir / "worker.log", concurrency=concurrency)
-        stack.callback(worker.stop)
-        result = DraftgateStack(kind, settings, runtime, demo, api_url, worker)
+        deployment = stack.enter_context(Deployment(settings, log_dir=workdir))
+        demo = deployment.prepare()
+        api = deployment.start_http("api", wait=False)
+        worker = deployment.start_worker(concurrency=concurrency)
+        api.wait_ready()
+        result = DraftgateStack(kind, settings, deployment.runtime, demo, api.url, worker)
         stack.callback(result.http.close)
         yield result
-
-
-def _start_api(settings: Settings, port: int, log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as sink:
-        return subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "api", "--port", str(port)],
-            env=settings_env(settings),
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=20)
 
 
 def _delete_redis_keys(url: str, queue: str, *keys: str) -> None:
@@ -229,7 +180,7 @@ class BareCelery:
     """A bare Celery client and its worker process, on the stack's broker and database."""
 
     client: Any
-    worker: subprocess.Popen[bytes]
+    worker: ChildProcess
     queue: str
     result_backend: str
     task_ids: list[str] = field(default_factory=list)
@@ -274,38 +225,35 @@ def bare_celery(
         ),
     }
     pool = ["--pool=solo"] if stack.kind == "embedded" else [f"--concurrency={concurrency}"]
-    log = workdir / f"bare-{queue}.log"
-    with log.open("ab") as sink:
-        worker = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "bench.bare_celery",
-                "worker",
-                "--loglevel=INFO",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-                f"--hostname=bare-{queue}@%h",
-                *pool,
-            ],
-            env=env,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    worker = BareWorker(
+        f"bare-{queue}",
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "bench.bare_celery",
+            "worker",
+            "--loglevel=INFO",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            f"--hostname=bare-{queue}@%h",
+            *pool,
+        ],
+        env,
+        workdir / f"bare-{queue}.log",
+    )
     client = Celery("bench-bare-client", set_as_current=False)
     client.conf.update(
         bare_config(broker_url=broker, result_backend=backend, queue=queue, doorbell=doorbell)
     )
     bare = BareCelery(client, worker, queue, backend)
     try:
-        _wait_log(log, " ready.", worker)
+        worker.start()
         yield bare
     finally:
-        _stop(worker)
+        worker.stop(grace=20)
         if stack.kind == "redis":
             _delete_redis_keys(
                 broker, queue, *(f"celery-task-meta-{task_id}" for task_id in bare.task_ids)
@@ -313,13 +261,7 @@ def bare_celery(
         client.close()
 
 
-def _wait_log(
-    log: Path, marker: str, process: subprocess.Popen[bytes], timeout: float = 60
-) -> None:
-    deadline = time.monotonic() + timeout
-    while marker not in log.read_text(errors="replace"):
-        if process.poll() is not None:
-            raise RuntimeError(f"worker exited early:\n{log.read_text()[-3000:]}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"worker not ready:\n{log.read_text()[-3000:]}")
-        time.sleep(0.05)
+class BareWorker(ChildProcess):
+    """A bare Celery worker process: ready once Celery says it consumes."""
+
+    ready_marker = " ready."

@@ -46,7 +46,8 @@ from bench.common import (
     ratio,
     write_json,
 )
-from bench.stack import Deployment, Process, noop_server
+from bench.stack import bench_deployment, noop_server
+from harness.approvals import signed_decision
 
 NAME = "memory"
 TARGET_MB = 150
@@ -256,7 +257,8 @@ async def _one_flow(client: Any, api: Any, manifest: dict[str, Any]) -> str:
         draft = detail.json()
         if draft["status"] != "proposed":
             break
-        body = _signed_approval(draft, approver, manifest)
+        key_file = manifest["approvers"][approver]["private_key_file"]
+        body = signed_decision(draft, approver=approver, key_file=key_file)
         response = await api.post(f"/v1/drafts/{draft_id}/approvals", json=body, headers=headers)
         response.raise_for_status()
     response = await api.post(
@@ -285,41 +287,6 @@ def _bearer(manifest: dict[str, Any], name: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {manifest['tokens'][name]}"}
 
 
-def _signed_approval(
-    draft: dict[str, Any], approver: str, manifest: dict[str, Any]
-) -> dict[str, Any]:
-    """The approvals request body, signed as the demo approver would (see the README)."""
-    from service.approvals.schemas import Decision, signed_request, statement_for
-    from service.signing import key_id_for, load_private_key, public_key_b64
-    from service.sql import rfc3339_seconds, utcnow
-
-    key = load_private_key(Path(manifest["approvers"][approver]["private_key_file"]))
-    statement = statement_for(
-        draft,
-        decision=Decision.APPROVE,
-        approver=approver,
-        key_id=key_id_for(public_key_b64(key)),
-        issued_at=rfc3339_seconds(utcnow()),
-    )
-    return signed_request(statement, key)
-
-
-# --- the run ---------------------------------------------------------------------------------
-
-
-def wait_worker_ready(process: Process, timeout: float = 60.0) -> None:
-    """Celery logs "ready." once it consumes; the worker has no HTTP endpoint to poll."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = process.log.read_text(errors="replace") if process.log else ""
-        if " ready." in text:
-            return
-        if not process.alive():
-            raise RuntimeError(f"the worker exited:\n{text[-2000:]}")
-        time.sleep(0.1)
-    raise RuntimeError("the worker did not report ready")
-
-
 def measure_baseline(runner: Runner, root: Path) -> dict[str, Any]:
     noop = noop_server(root)
     try:
@@ -338,16 +305,15 @@ def measure_baseline(runner: Runner, root: Path) -> dict[str, Any]:
 def measure_backend(
     runner: Runner, backend: str, database_url: str, broker_url: str, root: Path, flow_count: int
 ) -> dict[str, Any]:
-    env = {"DRAFTGATE_BROKER_QUEUE": f"bench-mem-{secrets.token_hex(6)}"} if broker_url else {}
-    deployment = Deployment(root / backend, database_url, broker_url, env)
+    queue = f"bench-mem-{secrets.token_hex(6)}" if broker_url else ""
+    deployment = bench_deployment(root / backend, database_url, broker_url, queue)
     try:
         manifest = deployment.prepare()
-        api = deployment.start("api", wait=False)
-        mcp = deployment.start("mcp", wait=False)
-        worker = deployment.start("worker", "--loglevel", "INFO")
-        api.wait_ready()
-        mcp.wait_ready()
-        wait_worker_ready(worker)
+        api = deployment.start_http("api", wait=False)
+        mcp = deployment.start_http("mcp", wait=False)
+        worker = deployment.start_worker(wait=False)
+        for process in (api, mcp, worker):
+            process.wait_ready()
         progress(f"{backend}: started")
         watched = [Watched("api", api.pid), Watched("mcp", mcp.pid), Watched("worker", worker.pid)]
         token, orders = manifest["tokens"]["agent"], manifest["orders"]
@@ -376,7 +342,7 @@ def measure_backend(
         deployment.close()
         progress(f"{backend}: stopped")
         if broker_url:
-            _purge_redis(broker_url, env["DRAFTGATE_BROKER_QUEUE"])
+            _purge_redis(broker_url, queue)
 
 
 def _purge_redis(url: str, queue: str) -> None:

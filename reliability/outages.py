@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 from sqlmodel import Session, col, func, select
 
-from reliability.processes import Server
+from harness.processes import HttpProcess
 from reliability.replicas import FINISHED, Topology, readiness
 from reliability.stack import ORDER
 from service.executions.models import FINISHED as FINISHED_STATUSES
@@ -192,7 +192,7 @@ def _alive(top: Topology, name: str) -> bool:
     return any(c.name == name and c.alive for c in top.components)
 
 
-def _wait_not_ready(servers: list[Server], check: str, report: OutageReport) -> dict[str, Any]:
+def _wait_not_ready(servers: list[HttpProcess], check: str, report: OutageReport) -> dict[str, Any]:
     """What each replica's /readyz says once it sees the outage (503, ``check`` not ok)."""
     seen: dict[str, Any] = {}
     deadline = time.monotonic() + OUTAGE_PROBE_SECONDS
@@ -209,13 +209,13 @@ def _wait_not_ready(servers: list[Server], check: str, report: OutageReport) -> 
     return seen
 
 
-def _api_answer(top: Topology, api: Server) -> dict[str, Any]:
+def _api_answer(top: Topology, api: HttpProcess) -> dict[str, Any]:
     """An approver's request to this replica, once, without retrying."""
     response = httpx.get(f"{api.url}/v1/drafts", headers=_bearer(top, "approver_alice"), timeout=15)
     return _answer(response)
 
 
-def _mcp_answer(top: Topology, mcp: Server) -> dict[str, Any]:
+def _mcp_answer(top: Topology, mcp: HttpProcess) -> dict[str, Any]:
     """A tool call to this replica (stateless streamable HTTP: one POST), once."""
     call = {
         "jsonrpc": "2.0",

@@ -26,7 +26,9 @@ from mcp.client import Client as McpClient
 from mcp.client.streamable_http import streamable_http_client
 from sqlmodel import Session, select
 
-from reliability.processes import BeatProcess, Component, Ledger, Server, Worker
+from harness.deployment import Deployment
+from harness.processes import BeatProcess, ChildProcess, HttpProcess, WorkerProcess
+from reliability.processes import Ledger
 from reliability.services import PrivatePostgres, PrivateRedis
 from reliability.stack import (
     AMOUNT_MINOR,
@@ -38,13 +40,11 @@ from reliability.stack import (
     Timing,
     Transient,
     scenario_settings,
-    seed_run_demo,
 )
-from service.audit.checkpoints import ensure_key, latest_for
+from service.audit.checkpoints import latest_for
 from service.audit.models import AuditHead
 from service.config import Settings
-from service.migrate import upgrade
-from service.runtime import Runtime, build_runtime
+from service.runtime import Runtime
 
 # Checkpoints every 5 s: readiness calls the log unanchored after twice that, which a loaded
 # worker (the checkpoint task queues behind executions) must not reach by accident.
@@ -80,16 +80,16 @@ class Topology:
     postgres: PrivatePostgres
     redis: PrivateRedis
     ledger: Ledger
-    apis: list[Server]
-    mcps: list[Server]
-    workers: list[Worker]
+    apis: list[HttpProcess]
+    mcps: list[HttpProcess]
+    workers: list[WorkerProcess]
     beat: BeatProcess
     client: TopologyClient
     requested: list[Requested] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
-    def components(self) -> list[Component]:
+    def components(self) -> list[ChildProcess]:
         return [*self.apis, *self.mcps, *self.workers, self.beat]
 
     def pids(self) -> dict[str, int | None]:
@@ -201,15 +201,6 @@ def readiness(url: str) -> tuple[int, dict[str, str]]:
     return response.status_code, {str(k): str(v) for k, v in checks.items()}
 
 
-def prepare(settings: Settings) -> tuple[Runtime, dict[str, Any]]:
-    """Migrate (as the ``migrate`` service does), create the checkpoint key the workers sign
-    with, and seed the demo tenant; returns the runtime the run observes with and the demo."""
-    upgrade(settings.resolved_database_url())
-    ensure_key(settings.resolved_checkpoint_key_file())
-    runtime = build_runtime(settings)
-    return runtime, seed_run_demo(runtime)
-
-
 @contextmanager
 def topology(
     root: Path,
@@ -222,32 +213,40 @@ def topology(
 ) -> Iterator[Topology]:
     """Every component started side by side and awaited; all stopped when the block ends."""
     settings = topology_settings(root, postgres, redis)
-    runtime, demo = prepare(settings)
     logs = root / "logs"
     numbers = range(1, replicas + 1)
-    apis = [Server(settings, logs / f"api-{n}.log", ledger, component="api") for n in numbers]
-    mcps = [Server(settings, logs / f"mcp-{n}.log", ledger, component="mcp") for n in numbers]
-    for mcp in mcps:
-        mcp.env["DRAFTGATE_MCP_PUBLIC_URL"] = f"{mcp.url}/mcp"
-    workers = [
-        Worker(
-            settings, logs / f"worker-{n}.log", ledger, name=f"worker{n}", concurrency=concurrency
-        )
-        for n in numbers
-    ]
-    beat = BeatProcess(settings, logs / "beat.log", ledger)
     with ExitStack() as stack:
-        stack.callback(runtime.engine.dispose)
-        components: list[Component] = [*apis, *mcps, *workers, beat]
-        for component in components:
-            stack.callback(component.kill)
-            component.launch()
-        for component in components:
+        deployment = Deployment(settings, log_dir=logs, ledger=ledger)
+        stack.callback(deployment.close, kill=True)
+        # As the ``migrate`` service does; the checkpoint key is the one the workers sign with.
+        demo = deployment.prepare()
+        apis = [
+            deployment.start_http("api", log=logs / f"api-{n}.log", wait=False) for n in numbers
+        ]
+        mcps = [
+            deployment.start_http("mcp", log=logs / f"mcp-{n}.log", wait=False) for n in numbers
+        ]
+        workers = [
+            deployment.start_worker(name=f"worker{n}", concurrency=concurrency, wait=False)
+            for n in numbers
+        ]
+        beat = deployment.start_beat(wait=False)
+        for component in deployment.processes:  # all started side by side
             component.wait_ready()
         client = TopologyClient(
-            runtime, demo, [a.url for a in apis], [f"{m.url}/mcp" for m in mcps], "topology"
+            deployment.runtime, demo, [a.url for a in apis], [m.mcp_url for m in mcps], "topology"
         )
         stack.callback(client.close)
         yield Topology(
-            settings, runtime, demo, postgres, redis, ledger, apis, mcps, workers, beat, client
+            settings,
+            deployment.runtime,
+            demo,
+            postgres,
+            redis,
+            ledger,
+            apis,
+            mcps,
+            workers,
+            beat,
+            client,
         )

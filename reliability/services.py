@@ -11,7 +11,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -20,6 +19,8 @@ import psycopg
 import redis
 from psycopg import sql
 
+from harness.servers import free_port
+
 PG_BIN_CANDIDATES = ("/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin")
 PG_OS_USER = "postgres"
 START_TIMEOUT_SECONDS = 60
@@ -27,12 +28,6 @@ START_TIMEOUT_SECONDS = 60
 
 class ServiceError(RuntimeError):
     """A private server could not be started or stopped."""
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def find_pg_bin(explicit: str | None = None) -> Path | None:

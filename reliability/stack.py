@@ -18,24 +18,23 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-import uvicorn
 
+from harness.approvals import signed_decision
+from harness.databases import seed
+from harness.deployment import Deployment
+from harness.processes import WorkerProcess
 from mcp_adapter.tools import ToolDoor
-from reliability.processes import Ledger, Worker
-from reliability.services import PrivatePostgres, PrivateRedis, free_port
-from service.api.app import create_app
+from reliability.processes import Ledger
+from reliability.services import PrivatePostgres, PrivateRedis
 from service.api.publisher import celery_publisher
-from service.approvals.schemas import Decision, signed_request, statement_for
 from service.audit import checkpoints
 from service.config import Settings
 from service.db import session_scope
-from service.demo import seed_demo
 from service.errors import Category, DomainError
 from service.executions import sweeper
 from service.executions.outbox import Publisher
-from service.runtime import Runtime, build_runtime
-from service.signing import key_id_for, load_private_key, public_key_b64
-from service.sql import rfc3339_seconds, utcnow
+from service.runtime import Runtime
+from service.sql import utcnow
 from service.tracing import new_trace_id
 
 logger = logging.getLogger("reliability")
@@ -169,41 +168,6 @@ class Beat:
                     self.errors[f"checkpoint: {type(exc).__name__}"] += 1
 
 
-@contextmanager
-def api_server(runtime: Runtime, publisher: Publisher) -> Iterator[str]:
-    """The real FastAPI app under uvicorn on a free loopback port; yields its base URL."""
-    port = free_port()
-    config = uvicorn.Config(
-        create_app(runtime, publisher=publisher),
-        host="127.0.0.1",
-        port=port,
-        log_level="critical",
-        ws="none",
-        lifespan="on",
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="drill-api", daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while not _healthy(base):
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError(f"the API on port {port} did not start")
-        time.sleep(0.05)
-    try:
-        yield base
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-
-
-def _healthy(base: str) -> bool:
-    try:
-        return httpx.get(base + "/healthz", timeout=1).status_code == 200
-    except httpx.TransportError:
-        return False
-
-
 class Client:
     """The agent and the approvers, through the real doors, retrying what is transient.
 
@@ -291,15 +255,8 @@ class Client:
         return any(a["approver"] == approver and a["counts"] for a in draft["approvals"])
 
     def _signed(self, draft: dict[str, Any], approver: str) -> dict[str, Any]:
-        key = load_private_key(Path(self.demo["approvers"][approver]["private_key_file"]))
-        statement = statement_for(
-            draft,
-            decision=Decision.APPROVE,
-            approver=approver,
-            key_id=key_id_for(public_key_b64(key)),
-            issued_at=rfc3339_seconds(utcnow()),
-        )
-        return signed_request(statement, key)
+        key_file = self.demo["approvers"][approver]["private_key_file"]
+        return signed_decision(draft, approver=approver, key_file=key_file)
 
     def _http(self, method: str, path: str, token: str, **kwargs: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {self.demo['tokens'][token]}"}
@@ -372,23 +329,21 @@ class Stack:
     redis: PrivateRedis
     ledger: Ledger
     timing: Timing
-    workers: list[Worker] = field(default_factory=list)
+    deployment: Deployment
+    workers: list[WorkerProcess] = field(default_factory=list)
     requested: list[Requested] = field(default_factory=list)
     concurrency: int = 2
 
-    def start_worker(self) -> Worker:
-        worker = Worker(
-            self.settings,
-            self.root / "logs" / "worker.log",
-            self.ledger,
+    def start_worker(self) -> WorkerProcess:
+        worker = self.deployment.start_worker(
             name=f"drill-{self.label}",
             concurrency=self.concurrency,
+            log=self.root / "logs" / "worker.log",
         )
         self.workers.append(worker)
-        worker.start()
         return worker
 
-    def live_workers(self) -> list[Worker]:
+    def live_workers(self) -> list[WorkerProcess]:
         return [w for w in self.workers if w.alive]
 
     def request(self, index: int) -> Requested:
@@ -398,19 +353,6 @@ class Stack:
 
     def execution_ids(self) -> list[str]:
         return [r.execution_id for r in self.requested]
-
-
-def seed_run_demo(runtime: Runtime) -> dict[str, Any]:
-    """The demo tenant of a run (its manifest: tokens, keys, orders); its URLs are never
-    dialled, the run knows where its servers are."""
-    with session_scope(runtime.engine) as session:
-        return seed_demo(
-            session,
-            tenant=TENANT,
-            state_dir=runtime.settings.state_dir,
-            api_url="http://api.invalid",
-            mcp_url="http://mcp.invalid/mcp",
-        )
 
 
 @contextmanager
@@ -431,25 +373,20 @@ def scenario_stack(
     settings = scenario_settings(
         root, database_url=database_url, broker_url=redis.url, queue=f"drill-{label}", timing=timing
     )
-    runtime = build_runtime(settings)
     with ExitStack() as stack:
-        stack.callback(runtime.engine.dispose)
-        demo = seed_run_demo(runtime)
+        deployment = Deployment(settings, ledger=ledger)
+        stack.callback(deployment.close, kill=True)  # nothing here is worth a warm shutdown
+        runtime = deployment.runtime
+        demo = seed(runtime)
         publisher = SwitchablePublisher(settings)
-        api_url = stack.enter_context(api_server(runtime, publisher))
+        api_url = deployment.serve_api(publisher=publisher)
         client = Client(runtime, demo, api_url, label)
         stack.callback(client.close)
         beat = Beat(runtime, timing)
         drill = Stack(
             label, root, settings, runtime, demo, api_url, publisher, beat, client,
-            postgres, redis, ledger, timing,
+            postgres, redis, ledger, timing, deployment,
         )  # fmt: skip
-        stack.callback(_kill_all, drill.workers)
         stack.callback(beat.stop)
         beat.start()
         yield drill
-
-
-def _kill_all(workers: list[Worker]) -> None:
-    for worker in workers:
-        worker.kill()

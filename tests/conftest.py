@@ -9,8 +9,6 @@ test module and is reset, not rebuilt, between its tests.
 
 from __future__ import annotations
 
-import json
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,17 +16,15 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
+from harness.databases import NOWHERE, PostgresPool, migrated_sqlite, seed, sqlite_copy
+from harness.deployment import Deployment
+from harness.servers import free_port
+from harness.services import POSTGRES_URL
 from service.config import Settings
-from service.db import make_engine, session_scope
-from service.demo import seed_demo
+from service.db import make_engine
 from service.runtime import Runtime, build_runtime
-from tests.support import services
-from tests.support.databases import PostgresPool, migrated_sqlite, sqlite_copy
-from tests.support.servers import free_port, serve
-from tests.support.stacks import Stack, StackHost
-
-BACKENDS = ["sqlite", "postgresql"]
-STACKS = ["embedded", "production"]
+from tests.support import backends, lanes, services
+from tests.support.stacks import Stack, StackHost, StackHosts
 
 
 @pytest.fixture
@@ -60,9 +56,7 @@ def sqlite_engine(sqlite_url: str) -> Iterator[Engine]:
 
 @pytest.fixture(scope="session")
 def postgres_pool() -> Iterator[PostgresPool]:
-    problem = services.reachable(services.POSTGRES_URL, 5432)
-    if problem:
-        services.unavailable("PostgreSQL", problem)
+    services.require("PostgreSQL", POSTGRES_URL, 5432)
     pool = PostgresPool()
     yield pool
     pool.close()
@@ -76,15 +70,19 @@ def postgres_url(postgres_pool: PostgresPool) -> Iterator[str]:
     postgres_pool.release(url)
 
 
-@pytest.fixture(params=BACKENDS)
-def db_url(request: pytest.FixtureRequest) -> str:
-    """A freshly migrated database; tests using it run once per backend.
+@pytest.fixture(scope="module")
+def backend(request: pytest.FixtureRequest) -> str:
+    """``sqlite``, unless the test is parametrised (``both_backends``, ``postgresql_only``
+    in tests/support/backends.py): the backend of ``db_url`` and of ``stack``."""
+    return str(getattr(request, "param", "sqlite"))
 
-    Use it only where the backend's semantics matter (locking, concurrency, SQL); a module
-    whose behaviour does not depend on the database overrides ``db_url`` with a fixture of
-    its own that returns ``sqlite_url``.
-    """
-    fixture = "sqlite_url" if request.param == "sqlite" else "postgres_url"
+
+@pytest.fixture
+def db_url(backend: str, request: pytest.FixtureRequest) -> str:
+    """A freshly migrated database of this test's own on ``backend``."""
+    if hasattr(request, "param"):  # it would be ignored: the test would run on SQLite
+        raise pytest.UsageError("parametrise `backend` (tests/support/backends.py), not db_url")
+    fixture = "sqlite_url" if backend == "sqlite" else "postgres_url"
     return str(request.getfixturevalue(fixture))
 
 
@@ -112,14 +110,7 @@ def runtime(settings: Settings) -> Iterator[Runtime]:
 @pytest.fixture
 def demo(runtime: Runtime) -> dict[str, Any]:
     """The demo tenant seeded into the test database; returns its manifest."""
-    with session_scope(runtime.engine) as session:
-        return seed_demo(
-            session,
-            tenant="demo",
-            state_dir=runtime.settings.state_dir,
-            api_url="http://api.invalid",
-            mcp_url="http://mcp.invalid/mcp",
-        )
+    return seed(runtime, **NOWHERE)
 
 
 @pytest.fixture
@@ -135,82 +126,11 @@ def unreachable_runtime(tmp_path: Path) -> Iterator[Runtime]:
 @pytest.fixture
 def mcp_url(runtime: Runtime, demo: dict[str, Any]) -> Iterator[str]:
     """A real MCP server over streamable HTTP on a free port (the demo is seeded first)."""
-    from mcp_adapter.server import create_http_app
-
-    with serve(create_http_app(runtime)) as base:
-        yield base + "/mcp"
+    with Deployment(runtime.settings, runtime=runtime) as deployment:
+        yield deployment.serve_mcp()
 
 
 # --- the whole stack: database + broker + API + MCP + a real Celery worker -----------------
-
-
-class StackHosts:
-    """A test module's stacks: one database and queue per kind for the whole module, and
-    the live stack for the current settings (a new combination replaces the previous one,
-    so at most one stack worker per test process is up at a time)."""
-
-    def __init__(self, root: Path, sqlite_template: Path) -> None:
-        self._root = root
-        self._sqlite_template = sqlite_template
-        self._databases: dict[str, str] = {}
-        self._pool: PostgresPool | None = None
-        self._queue = f"test-{secrets.token_hex(6)}"
-        self._current: tuple[str, StackHost] | None = None
-
-    def settings(
-        self, kind: str, overrides: dict[str, Any], request: pytest.FixtureRequest
-    ) -> Settings:
-        root = self._root / kind
-        if kind == "embedded":
-            database_url = self._database(
-                kind, lambda: sqlite_copy(self._sqlite_template, root / "draftgate.db")
-            )
-            broker_url = f"sqla+sqlite:///{root / 'broker.db'}"
-        else:
-            database_url = self._database(kind, lambda: self._postgres(request))
-            problem = services.reachable(services.REDIS_URL, 6379)
-            if problem:
-                services.unavailable("Redis", problem)
-            broker_url = services.REDIS_URL.rstrip("/") + "/0"
-        values: dict[str, Any] = {
-            "state_dir": root / "state",
-            "database_url": database_url,
-            "broker_url": broker_url,
-            # Every module has its own queue, so parallel tests never take each other's tasks.
-            "broker_queue": f"{self._queue}-{kind}",
-            "execution_retry_base_seconds": 0.5,
-            "execution_retry_max_seconds": 2.0,
-            **overrides,
-        }
-        return Settings(**values)
-
-    def host(self, settings: Settings) -> StackHost:
-        key = json.dumps(settings.model_dump(mode="json"), sort_keys=True)
-        if self._current is not None and self._current[0] == key:
-            return self._current[1]
-        self._stop_current()
-        host = StackHost(settings)
-        self._current = (key, host)
-        return host
-
-    def close(self) -> None:
-        self._stop_current()
-        if self._pool is not None:
-            self._pool.release(self._databases["production"])
-
-    def _stop_current(self) -> None:
-        if self._current is not None:
-            self._current[1].close()
-            self._current = None
-
-    def _database(self, kind: str, make: Any) -> str:
-        if kind not in self._databases:
-            self._databases[kind] = make()
-        return self._databases[kind]
-
-    def _postgres(self, request: pytest.FixtureRequest) -> str:
-        self._pool = request.getfixturevalue("postgres_pool")
-        return self._pool.acquire()
 
 
 @pytest.fixture(scope="module")
@@ -222,15 +142,18 @@ def stack_hosts(
     hosts.close()
 
 
-@pytest.fixture(params=STACKS)
+@pytest.fixture
 def stack_settings(
-    request: pytest.FixtureRequest, settings_overrides: dict[str, Any], stack_hosts: StackHosts
+    request: pytest.FixtureRequest,
+    backend: str,
+    settings_overrides: dict[str, Any],
+    stack_hosts: StackHosts,
 ) -> Settings:
-    """Embedded: SQLite + kombu's SQLite broker. Production: PostgreSQL + Redis.
+    """Of the stack of ``backend``: SQLite + kombu's SQLite broker, or PostgreSQL + Redis.
 
     The database, broker queue and state dir belong to the test module; each test starts
     on them emptied and freshly seeded (see ``stack``)."""
-    return stack_hosts.settings(str(request.param), settings_overrides, request)
+    return stack_hosts.settings(backend, settings_overrides, request)
 
 
 @pytest.fixture
@@ -239,3 +162,37 @@ def stack(stack_settings: Settings, stack_hosts: StackHosts) -> Stack:
     stopped, killed and restarted by tests (a worker a test took down is restarted for the
     next one)."""
     return stack_hosts.host(stack_settings).fresh()
+
+
+@pytest.fixture
+def stack_host(stack: Stack, stack_settings: Settings, stack_hosts: StackHosts) -> StackHost:
+    """The processes behind this test's ``stack`` (see ``helpers.restart_worker``)."""
+    return stack_hosts.host(stack_settings)
+
+
+# --- lanes (docs/decisions/test-lanes.md) ---------------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--lane",
+        choices=lanes.LANES,
+        default="full",
+        help="fast: leave out the tests marked full (./run test); full: every test selected "
+        "(./run test --all, the default)",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    backends.parametrize(metafunc)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    lanes.mark_full(items)
+    lanes.mark_postgres(items)
+    lane = config.getoption("lane")
+    deselected = [item for item in items if not lanes.selected(item, lane)]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if lanes.selected(item, lane)]
+    lanes.order_for_xdist(items)

@@ -170,7 +170,7 @@ def test_every_draftgate_service_runs_a_real_cli_command():
         assert leaf.callback is not None, name
 
 
-@pytest.mark.slow
+@pytest.mark.full  # a process per service
 def test_every_draftgate_service_command_answers_help_as_a_subprocess():
     for name, service in draftgate_services(load_compose()).items():
         result = subprocess.run(
@@ -420,7 +420,7 @@ def test_the_final_image_has_no_build_tools_and_runs_as_its_user():
     assert uid != "0"
 
 
-@pytest.mark.slow
+@pytest.mark.full  # uv installs a venv
 def test_the_builder_stage_run_natively_installs_a_venv_that_needs_no_source(tmp_path):
     """What compose cannot show here (no Docker engine): the builder's own uv commands, run
     as written, give a virtual environment where draftgate runs with the source tree gone

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from harness.services import POSTGRES_URL, REDIS_URL
 from tests.support import services
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,18 +28,13 @@ BENCHES = sorted([*ROOT.glob("bench/b[0-9]*.py"), *ROOT.glob("bench/memory.py")]
 # Quick mode aims at 10-20 s; the bound is generous because CI shares its cores.
 TIMEOUT_SECONDS = 180
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
+pytestmark = [pytest.mark.full, pytest.mark.postgres, pytest.mark.redis]
 
 
 @pytest.fixture(scope="module")
 def bench_env() -> dict[str, str]:
-    for name, url, port in (
-        ("PostgreSQL", services.POSTGRES_URL, 5432),
-        ("Redis", services.REDIS_URL, 6379),
-    ):
-        problem = services.reachable(url, port)
-        if problem:
-            services.unavailable(name, problem)
+    services.require("PostgreSQL", POSTGRES_URL, 5432)
+    services.require("Redis", REDIS_URL, 6379)
     # Nothing of this process's draftgate settings leaks into a bench (its servers get their
     # own); the service URLs are passed the way bench/common.py reads them.
     env = {
@@ -46,8 +42,8 @@ def bench_env() -> dict[str, str]:
         for key, value in os.environ.items()
         if not key.startswith("DRAFTGATE_") or key.startswith("DRAFTGATE_TEST_")
     }
-    env["DRAFTGATE_BENCH_POSTGRES_URL"] = services.POSTGRES_URL
-    env["DRAFTGATE_BENCH_REDIS_URL"] = services.REDIS_URL
+    env["DRAFTGATE_BENCH_POSTGRES_URL"] = POSTGRES_URL
+    env["DRAFTGATE_BENCH_REDIS_URL"] = REDIS_URL
     return env
 
 

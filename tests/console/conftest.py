@@ -2,13 +2,14 @@
 
 One Chromium per test module (starting it costs a second), one fresh browser context per
 test (its own cookies and IndexedDB, so a test's session or key never leaks into the next).
-The stack's kind is a module-scoped parameter, as in tests/workers/conftest.py: pytest runs
-a module's tests on the production stack (PostgreSQL + Redis), then on the embedded one
-(SQLite), each group on one set of processes.
+The stack is the embedded one (SQLite + kombu's SQLite broker, what ``draftgate dev`` runs):
+what the browser does is the same on either backend, and the backends themselves are proved
+by the API and worker tests.
 
 The console is served at ``http://localhost:<port>``, and ``api_public_url`` says so before
-the API starts: WebAuthn refuses IP addresses as relying party IDs, and passkeys (and the
-console's origin checks) are bound to that public origin.
+the API starts (the stack serves an API whose public URL names localhost at that port):
+WebAuthn refuses IP addresses as relying party IDs, and passkeys (and the console's origin
+checks) are bound to that public origin.
 
 Playwright's own browser download is not reachable here: the executable is
 ``DRAFTGATE_CHROMIUM``, else ``chromium`` on the PATH; without one the tests skip, unless
@@ -20,20 +21,13 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
-from contextlib import ExitStack
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 
-from service.config import Settings
-from tests.conftest import StackHosts
+from harness.servers import free_port
 from tests.support import services
-from tests.support.servers import free_port, serve
-from tests.support.stacks import Stack, StackHost
-
-KINDS = ["production", "embedded"]
+from tests.support.stacks import Stack
 
 
 def chromium_executable() -> str | None:
@@ -60,46 +54,6 @@ def browser() -> Iterator[Any]:
             chromium.close()
 
 
-class ConsoleHost(StackHost):
-    """conftest's StackHost, with the API served at the port ``api_public_url`` names
-    (StackHost itself picks a free port once it starts, too late for the settings)."""
-
-    def __init__(self, settings: Settings) -> None:
-        from mcp_adapter.server import create_http_app
-        from service.api.app import create_app
-        from service.runtime import build_runtime
-
-        self.settings = settings
-        self.log_dir = settings.state_dir.parent / "logs"
-        self.runtime = build_runtime(settings)
-        self._servers = ExitStack()
-        port = urlsplit(settings.api_public_url).port
-        self._servers.enter_context(serve(create_app(self.runtime), port=port))
-        self.api_url = settings.api_public_url
-        self.mcp_url = self._servers.enter_context(serve(create_http_app(self.runtime))) + "/mcp"
-        self.worker = None
-
-
-class ConsoleHosts(StackHosts):
-    def host(self, settings: Settings) -> StackHost:
-        key = settings.model_dump_json()
-        if self._current is not None and self._current[0] == key:
-            return self._current[1]
-        self._stop_current()
-        host = ConsoleHost(settings)
-        self._current = (key, host)
-        return host
-
-
-@pytest.fixture(scope="module")
-def stack_hosts(
-    tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path
-) -> Iterator[StackHosts]:
-    hosts = ConsoleHosts(tmp_path_factory.mktemp("stacks"), sqlite_template)
-    yield hosts
-    hosts.close()
-
-
 @pytest.fixture(scope="module")
 def console_origin() -> str:
     """Where this module's console is served (localhost: a valid WebAuthn RP ID)."""
@@ -109,25 +63,6 @@ def console_origin() -> str:
 @pytest.fixture
 def settings_overrides(console_origin: str) -> dict[str, Any]:
     return {"api_public_url": console_origin}
-
-
-# The same pair as tests/workers/conftest.py (and two more modules): a candidate for
-# tests/support.
-@pytest.fixture(scope="module", params=KINDS)
-def stack_kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def stack_settings(
-    request: pytest.FixtureRequest,
-    stack_kind: str,
-    settings_overrides: dict[str, Any],
-    stack_hosts: Any,
-) -> Settings:
-    """Embedded: SQLite + kombu's SQLite broker. Production: PostgreSQL + Redis."""
-    settings: Settings = stack_hosts.settings(stack_kind, settings_overrides, request)
-    return settings
 
 
 @pytest.fixture

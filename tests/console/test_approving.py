@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.approvals import bearer, get_draft
 from tests.console.helpers import (
     LARGE,
     SMALL,
@@ -24,10 +25,9 @@ from tests.console.helpers import (
     text_of,
     wait_for_text,
 )
-from tests.support.approvals import bearer, get_draft
 from tests.workers.helpers import refunds, wait_for_execution
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.full
 
 
 def approver_page(new_context: Any, stack: Any, approver: str) -> Any:

@@ -8,24 +8,22 @@ demo data are the ones ``draftgate dev`` makes, read back from its banner and ma
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from sqlalchemy import create_engine, text
 
+from harness.dev import draftgate_dev
 from tests.console.helpers import SMALL, agent_view, import_key, open_card, propose_refund, sign_in
-from tests.service.cli.test_dev import draftgate_dev
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.full
 
 
 def test_the_dev_console_approves_a_proposed_draft_and_it_runs_once(browser, tmp_path: Path):
     with draftgate_dev(tmp_path / "state", tmp_path / "dev.log") as dev:
-        printed = re.search(r"^\s*console\s+(\S+)", dev.output(), re.MULTILINE)
-        assert printed, dev.output()
-        console = printed.group(1)
+        console = dev.banner("console")
+        assert console, dev.output()
         api_port = dev.api_url.rsplit(":", 1)[1]
         assert console == f"http://localhost:{api_port}/console/"
         manifest = dev.manifest()

@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 import rfc8785
 
+from harness.databases import sqlite_copy
+from harness.servers import serve
 from service.canonical import canonical_json
 from service.config import Settings
 from service.runtime import build_runtime
 from tests.service.approvals.test_statement_vector import load_vector
-from tests.support.databases import sqlite_copy
-from tests.support.servers import serve
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.full
 
 # Each is a JSON text (as a draft's params reach the page): the browser parses and encodes it.
 TRICKY_VALUES: list[Any] = [

@@ -15,6 +15,7 @@ from starlette.applications import Starlette
 from starlette.responses import HTMLResponse, PlainTextResponse
 from starlette.routing import Route
 
+from harness.servers import serve
 from service.audit.models import AuditEvent
 from service.db import session_scope
 from tests.console.helpers import (
@@ -26,9 +27,8 @@ from tests.console.helpers import (
     sign_in,
     wait_for_text,
 )
-from tests.support.servers import serve
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.full
 
 # The agent writes this note: every way it could try to become markup or script, including
 # closing the card's JSON data block. A page-level flag records any script it ran.
@@ -41,11 +41,6 @@ HOSTILE_NOTE = (
 # apart from the CSP, which would stop the scripts from running even then).
 INJECTED = """document.querySelectorAll(
   '.injected, script:not([src]):not([type="application/json"])').length"""
-
-
-@pytest.fixture(scope="module")
-def stack_kind() -> str:
-    return "embedded"
 
 
 @pytest.fixture(scope="module")

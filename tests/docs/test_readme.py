@@ -41,10 +41,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.servers import free_port
 from tests.docs.reader import ROOT, fresh_machine_env, reader_directory
-from tests.support.servers import free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.full]
+pytestmark = pytest.mark.full
 
 README = ROOT / "README.md"
 BLOCK = re.compile(

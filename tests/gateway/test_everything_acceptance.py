@@ -19,15 +19,15 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.approvals import approve, bearer, get_draft
 from service.config import Settings
 from tests.gateway.upstreams.mcp_server import IDEMPOTENCY_META
 from tests.gateway.upstreams.processes import NodeCommand, everything_server_command
-from tests.support.approvals import approve, bearer, get_draft
 from tests.support.mcp_client import connect
 from tests.support.stacks import Stack
 from tests.workers.helpers import wait_for_execution
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.full]
+pytestmark = [pytest.mark.anyio, pytest.mark.full]
 
 TOOLS = {
     "get-sum": {"kind": "read"},

@@ -18,6 +18,7 @@ import httpx
 import pytest
 import yaml
 
+from harness.approvals import approve, bearer
 from service.api.publisher import celery_publisher
 from service.audit import repository as audit_repository
 from service.db import session_scope
@@ -30,11 +31,11 @@ from tests.gateway.upstreams.processes import (
     memory_server_command,
     start_mcp_http,
 )
-from tests.support.approvals import approve, bearer
+from tests.support.backends import postgresql_only
 from tests.support.mcp_client import connect, error_of
 from tests.workers.helpers import restart_worker, wait_for_execution, wait_until
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio, pytest.mark.full]
 
 SLOW_SECONDS = 2.0  # slow_write's wait before it applies: the window the worker is killed in
 FLAKY_FAILURES = 2
@@ -126,28 +127,6 @@ def upstream_connections(desk_http: UpstreamProcess) -> Iterator[None]:
     open stream would keep its server waiting)."""
     yield
     pool().close()
-
-
-@pytest.fixture(scope="module", params=["production", "embedded"])
-def stack_kind(request: pytest.FixtureRequest) -> str:
-    """One stack per kind for the module (as in tests/workers/conftest.py): all production
-    tests, then all embedded ones, each group on one set of processes."""
-    return str(request.param)
-
-
-@pytest.fixture
-def stack_settings(
-    request: pytest.FixtureRequest,
-    stack_kind: str,
-    settings_overrides: dict[str, Any],
-    stack_hosts: Any,
-) -> Any:
-    return stack_hosts.settings(stack_kind, settings_overrides, request)
-
-
-@pytest.fixture
-def stack_host(stack: Any, stack_settings: Any, stack_hosts: Any) -> Any:
-    return stack_hosts.host(stack_settings)
 
 
 @pytest.fixture
@@ -347,7 +326,7 @@ async def test_a_transient_upstream_error_is_retried_until_it_applies_once(stack
 
 
 # A kill drill costs a lease and a worker start: once, on the production stack.
-@pytest.mark.parametrize("stack_kind", ["production"], indirect=True)
+@postgresql_only
 async def test_a_worker_killed_mid_call_still_makes_exactly_one_change(
     stack, stack_host, desk_http
 ):

@@ -22,6 +22,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from harness.approvals import approve, bearer, get_draft
+from harness.servers import serve
 from service.audit import repository as audit_repository
 from service.db import session_scope
 from service.errors import DomainError
@@ -32,9 +34,7 @@ from service.gateway.http_actions import HttpRead, HttpWrite
 from service.gateway.http_requests import MAX_RESPONSE_BYTES, prepare
 from service.registry.base import Action
 from tests.gateway.upstreams.processes import HttpService, serve_http_service
-from tests.support.approvals import approve, bearer, get_draft
 from tests.support.mcp_client import connect, error_of
-from tests.support.servers import serve
 from tests.workers.helpers import wait_for_execution
 
 INVOICE_INPUT = {
@@ -653,7 +653,6 @@ def with_key(entries: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
     return [entry for entry in entries if entry["key"] == key]
 
 
-@pytest.mark.slow
 @pytest.mark.anyio
 async def test_over_mcp_a_read_is_allow_listed_and_masked_and_writes_are_only_proposals(
     stack: Any, billing_stack_upstream: HttpService
@@ -687,7 +686,6 @@ async def test_over_mcp_a_read_is_allow_listed_and_masked_and_writes_are_only_pr
     assert "grace@example.com" not in json.dumps([e.data for e in events])
 
 
-@pytest.mark.slow
 @pytest.mark.anyio
 async def test_an_approved_http_write_is_made_once_with_its_idempotency_key(
     stack: Any, billing_stack_upstream: HttpService
@@ -721,7 +719,6 @@ async def test_an_approved_http_write_is_made_once_with_its_idempotency_key(
     assert E2E_TOKEN not in audited
 
 
-@pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_5xx_is_retried_until_it_succeeds_and_a_4xx_fails_with_the_apis_message(
     stack: Any, billing_stack_upstream: HttpService

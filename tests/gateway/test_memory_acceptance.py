@@ -22,18 +22,16 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.approvals import approve, bearer, get_draft, signed_decision
 from service.approvals.schemas import Decision
-from service.config import Settings
 from tests.gateway.upstreams.mcp_server import IDEMPOTENCY_META
 from tests.gateway.upstreams.processes import NodeCommand, memory_server_command
-from tests.support.approvals import approve, bearer, get_draft, signed_decision
 from tests.support.mcp_client import connect, error_of
 from tests.support.stacks import Stack
 from tests.workers.helpers import wait_for_execution
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio, pytest.mark.full]
 
-KINDS = ["production", "embedded"]
 READS = {"read_graph", "search_nodes", "open_nodes"}
 WRITES = {"create_entities", "add_observations", "delete_entities", "delete_observations"}
 UNDECLARED = {"create_relations", "delete_relations"}  # left out of the file on purpose
@@ -81,24 +79,6 @@ def gateway_file(tmp_path_factory: pytest.TempPathFactory, memory_server: NodeCo
 @pytest.fixture
 def settings_overrides(gateway_file: Path) -> dict[str, Any]:
     return {"gateway_file": gateway_file}
-
-
-# One stack per kind for the module (see tests/workers/conftest.py): starting a worker, and
-# with it the worker's own stdio child of the memory server, costs seconds.
-@pytest.fixture(scope="module", params=KINDS)
-def stack_kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def stack_settings(
-    request: pytest.FixtureRequest,
-    stack_kind: str,
-    settings_overrides: dict[str, Any],
-    stack_hosts: Any,
-) -> Settings:
-    settings: Settings = stack_hosts.settings(stack_kind, settings_overrides, request)
-    return settings
 
 
 @pytest.fixture

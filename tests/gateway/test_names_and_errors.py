@@ -303,7 +303,6 @@ SERVING = [
 ]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("command", SERVING)
 def test_a_command_that_serves_refuses_a_bad_file_with_one_line_and_exit_2(
     command: list[str], sqlite_url: str, tmp_path: Path, free_tcp_port: int

@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from harness.servers import serve
 from service.canonical import canonical_json
 from service.gateway import schema as schema_module
 from service.gateway.build import _fingerprint
@@ -40,7 +41,6 @@ from tests.gateway.test_http_actions import (
     read,
     refusal,
 )
-from tests.support.servers import serve
 
 SMUGGLED = "\u2028".join(
     [

@@ -29,8 +29,6 @@ from service.runtime import build_runtime
 from service.sql import utcnow
 from tests.gateway.upstreams.processes import UpstreamProcess
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture
 def fresh_desk(upstream_mcp_http: UpstreamProcess) -> Iterator[UpstreamProcess]:

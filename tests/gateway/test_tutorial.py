@@ -22,11 +22,11 @@ import httpx
 import pytest
 import yaml
 
+from harness.servers import free_port
 from tests.docs.reader import fresh_machine_env, reader_directory
 from tests.gateway.upstreams.ledger import Ledger
-from tests.support.servers import free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.full
 
 ROOT = Path(__file__).resolve().parents[2]
 TUTORIAL = ROOT / "docs" / "gateway-tutorial.md"

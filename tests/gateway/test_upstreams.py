@@ -24,7 +24,7 @@ from mcp.types import CallToolResult, ToolListChangedNotification
 from tests.gateway.upstreams.mcp_server import IDEMPOTENCY_META, TRANSIENT_ERROR_CODE
 from tests.gateway.upstreams.processes import StdioCommand, UpstreamProcess
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio]
 
 
 @pytest.fixture
@@ -350,6 +350,7 @@ def test_http_with_a_token_every_route_wants_the_bearer(upstream_http):
 # --- the third-party server from npm -------------------------------------------------------
 
 
+@pytest.mark.full  # an npm upstream
 async def test_the_npm_memory_server_runs_from_its_pinned_install(memory_server_command):
     params = StdioServerParameters(
         command=memory_server_command.command,

@@ -20,12 +20,13 @@ from service.audit import actions as audit
 from service.audit.models import AuditEvent
 from service.db import session_scope
 from service.tokens import actions as tokens
+from tests.support.backends import both_backends
 from tests.support.mcp_client import connect
-from tests.support.mcp_helpers import BOTH_BACKENDS, module_host_fixtures
+from tests.support.mcp_helpers import module_host_fixtures
 
 pytestmark = pytest.mark.anyio
 
-mcp_hosts, backend, module_host, demo, runtime, mcp_url = module_host_fixtures()
+mcp_hosts, module_host, demo, runtime, mcp_url = module_host_fixtures()
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -177,7 +178,7 @@ async def test_a_non_bearer_scheme_is_refused_and_audited(mcp_url, runtime, demo
     assert demo["tokens"]["agent"] not in _all_audit_rows_as_text(runtime)
 
 
-@BOTH_BACKENDS
+@both_backends
 async def test_a_revoked_token_stops_working_on_a_running_server(mcp_url, runtime, demo):
     token = demo["tokens"]["agent"]
     async with connect(mcp_url, token) as client:
@@ -190,7 +191,7 @@ async def test_a_revoked_token_stops_working_on_a_running_server(mcp_url, runtim
     assert any(isinstance(leaf, MCPError) for leaf in _leaves(raised.value))
 
 
-@BOTH_BACKENDS
+@both_backends
 async def test_another_agent_token_still_works_after_one_is_revoked(mcp_url, runtime, demo):
     _revoke(runtime, demo["tokens"]["agent"])
     async with connect(mcp_url, demo["tokens"]["agent_other_customer"]) as client:
@@ -218,7 +219,7 @@ async def test_a_refused_credential_is_audited_under_the_callers_trace_id(
     assert [(event.type, event.trace_id) for event in events] == [("auth.refused", TRACE_ID)]
 
 
-@BOTH_BACKENDS
+@both_backends
 async def test_the_audit_chain_verifies_after_refusals(mcp_url, runtime, demo):
     for kind, _ in [("none", ""), ("unknown", ""), ("approver_bob", "")]:
         token = _token(demo, kind)

@@ -24,7 +24,7 @@ from tests.support.mcp_helpers import module_host_fixtures
 
 pytestmark = pytest.mark.anyio
 
-mcp_hosts, backend, module_host, demo, runtime, mcp_url = module_host_fixtures()
+mcp_hosts, module_host, demo, runtime, mcp_url = module_host_fixtures()
 
 ORDER_ID_PATTERN = "^ORD-[0-9]{4,20}$"
 DELIVERED = "ORD-1004"  # the demo's delivered USD order, total 785.00 USD

@@ -23,8 +23,12 @@ from service.audit.models import AuditEvent
 from service.errors import DomainError
 from service.runtime import Runtime, build_runtime
 from service.tracing import new_trace_id
+from tests.support.backends import both_backends, sqlite_only
 
-on_sqlite = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+# The fast path's own transaction handling: both backends (the on_sqlite ones aside).
+pytestmark = both_backends
+
+on_sqlite = sqlite_only
 
 # Statements per call (SQLite counts its BEGINs; PostgreSQL's go with the driver).
 BUDGET = {

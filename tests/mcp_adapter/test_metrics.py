@@ -8,11 +8,11 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from harness.servers import serve
 from mcp_adapter.server import create_http_app
 from service.runtime import build_runtime
 from tests.support.mcp_client import connect, error_of
 from tests.support.prometheus import Samples, samples_of
-from tests.support.servers import serve
 
 pytestmark = pytest.mark.anyio
 

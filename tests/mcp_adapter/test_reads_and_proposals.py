@@ -23,12 +23,13 @@ from service.audit.models import AuditEvent
 from service.db import session_scope
 from service.drafts.models import Draft, DraftRevision
 from service.shop.models import AddressChange, Cancellation, Order, Refund
+from tests.support.backends import both_backends
 from tests.support.mcp_client import connect, error_of
-from tests.support.mcp_helpers import BOTH_BACKENDS, module_host_fixtures
+from tests.support.mcp_helpers import module_host_fixtures
 
 pytestmark = pytest.mark.anyio
 
-mcp_hosts, backend, module_host, demo, runtime, mcp_url = module_host_fixtures()
+mcp_hosts, module_host, demo, runtime, mcp_url = module_host_fixtures()
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -98,7 +99,7 @@ def _shop_state(runtime) -> dict[str, Any]:
 # --- reads ----------------------------------------------------------------------------------
 
 
-@BOTH_BACKENDS
+@both_backends
 async def test_list_orders_shows_only_the_callers_orders_newest_first(mcp_url, demo):
     async with connect(mcp_url, demo["tokens"]["agent"]) as client:
         default = await client.call_tool("list_orders", {})
@@ -151,7 +152,7 @@ async def test_get_order_masks_phone_and_address(mcp_url, demo):
         assert json.dumps(secret)[1:-1] not in shown
 
 
-@BOTH_BACKENDS
+@both_backends
 async def test_get_order_shows_amounts_refundable_and_next_action(mcp_url, demo):
     orders = demo["orders"]
     async with connect(mcp_url, demo["tokens"]["agent"]) as client:
@@ -436,7 +437,7 @@ async def test_without_a_valid_traceparent_a_trace_id_is_generated(
     assert trace_ids[1] == draft.trace_id
 
 
-@BOTH_BACKENDS
+@both_backends
 async def test_every_tool_call_is_audited_with_latency_and_outcome(mcp_url, runtime, demo):
     orders = demo["orders"]
     async with connect(mcp_url, demo["tokens"]["agent"]) as client:
@@ -476,7 +477,7 @@ async def test_every_tool_call_is_audited_with_latency_and_outcome(mcp_url, runt
     assert verification.first_bad_seq is None
 
 
-@BOTH_BACKENDS
+@both_backends
 async def test_the_audit_chain_verifies_after_reads_proposals_and_refusals(mcp_url, runtime, demo):
     orders = demo["orders"]
     async with connect(mcp_url, demo["tokens"]["agent"]) as client:
@@ -498,7 +499,7 @@ async def test_the_audit_chain_verifies_after_reads_proposals_and_refusals(mcp_u
 # --- an agent can never change the shop -----------------------------------------------------
 
 
-@BOTH_BACKENDS
+@both_backends
 async def test_no_tool_call_changes_the_shop(mcp_url, runtime, demo):
     orders = demo["orders"]
     before = _shop_state(runtime)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.backends import both_backends
 from tests.support.mcp_client import connect, error_of
-from tests.support.mcp_helpers import BOTH_BACKENDS, module_host_fixtures
+from tests.support.mcp_helpers import module_host_fixtures
 
-pytestmark = [pytest.mark.anyio, BOTH_BACKENDS]
+pytestmark = [pytest.mark.anyio, both_backends]
 
-mcp_hosts, backend, module_host, demo, runtime, mcp_url = module_host_fixtures()
+mcp_hosts, module_host, demo, runtime, mcp_url = module_host_fixtures()
 
 
 async def test_agent_reads_an_order_over_streamable_http(mcp_url, demo):

@@ -27,7 +27,8 @@ from service.drafts.models import Draft
 from service.tokens import actions as tokens
 from tests.support.mcp_client import error_of
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+# Each test starts the MCP server as a stdio subprocess (seconds of imports).
+pytestmark = [pytest.mark.anyio, pytest.mark.full]
 
 DRAFTGATE = Path(sys.executable).with_name("draftgate")
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ from tests.mcp_adapter.test_bad_input import ADDRESS
 from tests.support.mcp_client import connect
 from tests.support.mcp_helpers import ModuleHosts, module_host_fixtures
 
-mcp_hosts, backend, module_host, demo, runtime, mcp_url = module_host_fixtures()
+mcp_hosts, module_host, demo, runtime, mcp_url = module_host_fixtures()
 
 READ_TOOLS = {"list_orders", "get_order", "get_logistics", "get_draft"}
 PROPOSE_TOOLS = {"propose_refund", "propose_cancel_order", "propose_change_shipping_address"}

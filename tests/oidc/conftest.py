@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,10 +10,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from service.runtime import Runtime, build_runtime
+from harness.databases import fresh_demo, sqlite_copy
+from harness.deployment import Deployment
+from service.runtime import Runtime
 from tests.oidc.provider_process import OidcProvider, oidc_settings, start_provider
-from tests.support.databases import fresh_demo, sqlite_copy
-from tests.support.servers import serve
 
 
 @pytest.fixture(scope="session")
@@ -35,23 +34,16 @@ class OAuthHost:
 def oauth_host(
     provider: OidcProvider, tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path
 ) -> Iterator[OAuthHost]:
-    from mcp_adapter.server import create_http_app
-    from service.api.app import create_app
-
     root = tmp_path_factory.mktemp("oauth-host")
     database = sqlite_copy(sqlite_template, root / "draftgate.db")
     settings = oidc_settings(root, database, provider.issuer)
-    runtime = build_runtime(settings)
-    mcp_port, api_port = (
-        urlsplit(settings.mcp_public_url).port,
-        urlsplit(settings.api_public_url).port,
-    )
-    with ExitStack() as servers:
-        servers.enter_context(serve(create_http_app(runtime), port=mcp_port))
-        app = create_app(runtime, publisher=lambda task, args: None)
-        servers.enter_context(serve(app, port=api_port))
-        yield OAuthHost(runtime, settings.mcp_public_url, settings.api_public_url)
-    runtime.engine.dispose()
+    # Both doors at their public URLs: the tokens' audiences name them.
+    with Deployment(settings) as deployment:
+        deployment.serve_mcp(port=urlsplit(settings.mcp_public_url).port)
+        deployment.serve_api(
+            port=urlsplit(settings.api_public_url).port, publisher=lambda task, args: None
+        )
+        yield OAuthHost(deployment.runtime, settings.mcp_public_url, settings.api_public_url)
 
 
 @pytest.fixture

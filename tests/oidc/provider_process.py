@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.servers import free_port
 from service.config import Settings
 from service.shop.seed import DEMO_CUSTOMER
-from tests.support.servers import free_port
 
 PROVIDER_DIR = Path(__file__).resolve().parent / "provider"
 START_TIMEOUT_SECONDS = 30

@@ -7,8 +7,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from harness.approvals import bearer, signed_decision
 from tests.oidc.refusals import events_after, last_event_id
-from tests.support.approvals import bearer, signed_decision
 from tests.support.mcp_client import connect
 
 pytestmark = pytest.mark.anyio

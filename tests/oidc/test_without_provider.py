@@ -7,11 +7,11 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from harness.servers import serve
 from mcp_adapter.server import create_http_app
 from service.api.app import create_app
 from service.config import Settings
 from service.oidc.config import OidcConfigError, oidc_config
-from tests.support.servers import serve
 
 LIST_TOOLS = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}

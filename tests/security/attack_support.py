@@ -26,6 +26,7 @@ import httpx
 from sqlalchemy import and_, func, or_, select, update
 from sqlmodel import Session, col
 
+from harness.databases import sqlite_copy
 from mcp_adapter.tools import ToolDoor
 from service.api.app import create_app
 from service.approvals import actions as approvals
@@ -71,7 +72,6 @@ from service.webhooks import actions as webhooks
 from service.webhooks.models import WebhookDelivery, WebhookEndpoint
 from tests.support.api_client import bearer, in_process
 from tests.support.authenticator import SoftwareAuthenticator
-from tests.support.databases import sqlite_copy
 
 DEMO, ACME = "demo", "acme"
 TENANTS = (DEMO, ACME)

@@ -93,7 +93,8 @@ from tests.security.attack_support import (
     signed_body,
     signed_by,
 )
-from tests.support.api_client import _PortalTransport, in_process, sqlite_unless_parametrised
+from tests.support.api_client import _PortalTransport, in_process
+from tests.support.backends import postgresql_only
 
 ROLES = ("none", "unknown", "revoked", "agent", "approver", "auditor", "admin")
 TENANTLESS = frozenset({"none", "unknown"})
@@ -110,11 +111,6 @@ APPROVER, AUDITOR, REVIEWER, ADMIN = (
 # bearer matrix by this one prefix, and proved in part 5 below instead. Nothing else is: a
 # new route anywhere else still fails the coverage test until it has an expectation.
 CONSOLE = "/console"
-
-
-@pytest.fixture
-def db_url(request: pytest.FixtureRequest) -> str:
-    return sqlite_unless_parametrised(request)
 
 
 @pytest.fixture
@@ -314,6 +310,7 @@ def world(runtime, demo, tmp_path) -> World:
     return World(runtime, demo, tmp_path / "keys")
 
 
+@pytest.mark.full  # every route x caller x tenant: seconds
 def test_every_route_answers_every_caller_and_tenant_as_the_design_says(runtime, world):
     reads = {tenant: reads_of(world, tenant) for tenant in TENANTS}
     app = create_app(runtime, publisher=lambda task, args: None)
@@ -1469,9 +1466,8 @@ def together(
     return responses
 
 
-@pytest.mark.slow
 @pytest.mark.postgres
-@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+@postgresql_only
 def test_one_valid_approval_replayed_eight_times_at_once_counts_once(runtime, world):
     draft_id = world.propose(DEMO)["draft_id"]
     alice = world.tenants[DEMO].callers["approver"]

@@ -25,7 +25,7 @@ import pytest
 from reliability.services import find_pg_bin, missing_tools
 from tests.support import services
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.full
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DRILL_TIMEOUT_SECONDS = 270  # the drill bounds itself to 300 s (--timeout) as well

@@ -59,7 +59,7 @@ from tests.security.fuzz_support import SCALE, fuzz_settings
 from tests.security.helpers import agent
 from tests.support.core import approve_in_core, request_execution_in_core
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300 * SCALE)]
+pytestmark = [pytest.mark.full, pytest.mark.timeout(300 * SCALE)]
 
 EXAMPLES = 10 * SCALE  # per operation, caller and generation mode
 MIN_CASES = 1_000 * SCALE

@@ -60,7 +60,7 @@ from tests.security.fuzz_support import (
 )
 from tests.support.mcp_client import connect
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.full
 
 CALLS = 2_000 * SCALE
 CALLS_PER_EXAMPLE = 10

@@ -12,12 +12,14 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlmodel import Session, col, select
 
+from harness.approvals import bearer
 from service.api.app import create_app
 from service.audit.models import AuditEvent
-from tests.support.approvals import bearer
+from tests.support.backends import both_backends
 from tests.support.mcp_client import connect
 
-pytestmark = pytest.mark.anyio
+# PostgreSQL enforces column lengths SQLite does not: both backends.
+pytestmark = [pytest.mark.anyio, both_backends]
 
 
 @pytest.fixture

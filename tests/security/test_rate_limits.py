@@ -12,9 +12,9 @@ from fastapi.testclient import TestClient
 from limits import parse
 from sqlmodel import Session, col, select
 
+from harness.approvals import bearer
 from service.api.app import create_app
 from service.audit.models import AuditEvent
-from tests.support.approvals import bearer
 from tests.support.mcp_client import connect
 
 pytestmark = pytest.mark.anyio

@@ -31,6 +31,10 @@ from service.sql import utcnow
 from service.tokens import actions as tokens
 from service.tracing import new_trace_id
 from tests.support.api_client import in_process
+from tests.support.backends import both_backends
+
+# Read-only transactions are each backend's own mechanism: both backends.
+pytestmark = both_backends
 
 MODULE = '''
 from typing import Any

@@ -3,12 +3,12 @@ the database, and nothing else it does not need (no broker: the MCP door never p
 
 from __future__ import annotations
 
+from harness.servers import free_port
 from mcp_adapter.server import create_http_app
 from service.config import Settings
 from service.health import readiness
 from service.runtime import build_runtime
 from tests.support.api_client import in_process
-from tests.support.servers import free_port
 
 
 def test_the_mcp_server_is_ready_when_its_database_answers(tmp_path, sqlite_url):

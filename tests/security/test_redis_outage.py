@@ -15,6 +15,7 @@ import pytest
 from celery.utils.imports import symbol_by_name
 from celery.worker.consumer import Consumer
 
+from harness.servers import free_port
 from reliability.services import PrivateRedis
 from service.api.app import create_app
 from service.config import Settings
@@ -24,7 +25,6 @@ from service.ratelimit import Limits, RateLimiter
 from service.runtime import build_runtime
 from tests.support import services
 from tests.support.api_client import in_process
-from tests.support.servers import free_port
 from workers.consumer import BrokerLossTolerantConsumer
 
 

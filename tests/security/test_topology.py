@@ -24,7 +24,7 @@ import pytest
 from reliability.services import find_pg_bin, missing_tools
 from tests.support import services
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.full
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FLOWS = 120

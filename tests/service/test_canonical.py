@@ -260,6 +260,7 @@ def rfc8785_unavailable() -> Iterator[None]:
         yield
 
 
+@pytest.mark.full  # thousands of generated values, seconds
 @PROPERTY
 @given(plain_values)
 def test_plain_values_are_written_by_the_fast_path_exactly_as_rfc8785_writes_them(value):

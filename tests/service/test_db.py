@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import OperationalError
 
+from harness.services import POSTGRES_URL, libpq_url
 from service import db
 from service.db import make_engine, session_scope, unavailable
-from tests.support import services
 from tests.support.sqlite_locks import write_lock_held
 
 
@@ -34,7 +34,7 @@ def test_reads_do_not_queue_behind_a_writer(sqlite_engine):
 
 def _terminate_backends(url: str) -> None:
     database = url.rsplit("/", 1)[-1]
-    with psycopg.connect(services.libpq_url(services.POSTGRES_URL), autocommit=True) as admin:
+    with psycopg.connect(libpq_url(POSTGRES_URL), autocommit=True) as admin:
         admin.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = %s AND pid <> pg_backend_pid()",

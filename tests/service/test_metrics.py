@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import delete
 from sqlmodel import col, select
 
+from harness.approvals import signed_decision
 from mcp_adapter.tools import ToolDoor
 from service import metrics
 from service.api.app import create_app
@@ -29,7 +30,6 @@ from service.runtime import build_runtime
 from service.tracing import new_trace_id
 from tests.support import prometheus
 from tests.support.api_client import bearer, in_process
-from tests.support.approvals import signed_decision
 from tests.support.prometheus import Samples, value
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"

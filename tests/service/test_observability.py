@@ -25,15 +25,15 @@ import anyio
 import httpx
 import pytest
 
+from harness.approvals import bearer, signed_decision
+from harness.dev import draftgate_dev
 from service.approvals.schemas import Decision
 from service.telemetry import ENDPOINT_VARIABLES
 from tests.service.audit.test_no_secrets import key_secrets, refused_credentials
-from tests.service.cli.test_dev import draftgate_dev, stop_with_sigint
-from tests.support.approvals import bearer, signed_decision
 from tests.support.mcp_client import connect
 from tests.support.otlp import ReceivedSpan, Receiver, otlp_receiver
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.full
 
 SERVER = 2  # SpanKind.SERVER in OTLP
 LOGS = {"api.log", "mcp.log", "worker.log", "beat.log"}
@@ -186,7 +186,7 @@ def test_one_flow_is_one_trace_with_json_logs_that_name_it_and_no_secret(tmp_pat
             audited = audited_trace(dev.api_url, manifest, trace_id)
             if traced:
                 receiver.wait_for(lambda r: worker_span_of(r, trace_id) is not None, "worker span")
-            code, _ = stop_with_sigint(dev, whole_group=True)
+            code, _ = dev.interrupt()
             assert code == 0, dev.output()
         if traced:
             check_one_trace(receiver, trace_id, client_span, draft_id)

@@ -44,6 +44,7 @@ def serve_tracer_provider(**otel: str) -> list[str]:
     return shown.stdout.splitlines()
 
 
+@pytest.mark.full  # a process of its own that imports draftgate: seconds
 def test_serve_installs_no_tracer_provider_without_an_otlp_endpoint():
     assert serve_tracer_provider() == ["ProxyTracerProvider"]  # the API's no-op default
     assert serve_tracer_provider(
@@ -51,6 +52,7 @@ def test_serve_installs_no_tracer_provider_without_an_otlp_endpoint():
     ) == ["ProxyTracerProvider"]
 
 
+@pytest.mark.full  # a process of its own that imports draftgate: seconds
 def test_serve_exports_in_batches_over_otlp_http_with_an_endpoint():
     assert serve_tracer_provider(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:4318") == [
         "TracerProvider",

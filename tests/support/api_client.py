@@ -9,9 +9,8 @@ raised in the test (with its traceback) instead of becoming a logged 500.
 ``served(app)`` is the same client interface against a real uvicorn server, for the few tests
 that prove the real wiring (HTTP parsing, streaming over a socket).
 
-Modules that test mostly backend-independent behaviour use ``sqlite_unless_parametrised`` as
-their ``db_url`` and mark the tests whose behaviour depends on the database with
-``both_backends``.
+Tests run on SQLite; those whose behaviour depends on the database are marked
+``both_backends`` (tests/support/backends.py).
 """
 
 from __future__ import annotations
@@ -21,24 +20,12 @@ from contextlib import contextmanager
 from typing import Any
 
 import httpx
-import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from starlette.types import ASGIApp
 
-from tests.support.servers import serve
+from harness.servers import serve
 
 BASE_URL = "http://testserver"
-BACKENDS = ["sqlite", "postgresql"]
-
-# Runs a test on SQLite and on PostgreSQL (see ``sqlite_unless_parametrised``).
-both_backends = pytest.mark.parametrize("db_url", BACKENDS, indirect=True)
-
-
-def sqlite_unless_parametrised(request: pytest.FixtureRequest) -> str:
-    """The body of a module's ``db_url`` fixture: SQLite, unless the test is ``both_backends``."""
-    backend = getattr(request, "param", "sqlite")
-    fixture = {"sqlite": "sqlite_url", "postgresql": "postgres_url"}[backend]
-    return str(request.getfixturevalue(fixture))
 
 
 class _PortalTransport(httpx.BaseTransport):

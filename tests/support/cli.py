@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,19 +20,12 @@ import pytest
 from starlette.types import ASGIApp, Receive, Scope, Send
 from typer.testing import CliRunner, Result
 
+from harness.databases import fresh_demo
+from harness.deployment import Deployment
 from service.cli import app
 from service.config import Settings, get_settings
-from service.runtime import Runtime, build_runtime
-from tests.support.databases import (
-    PostgresPool,
-    fresh_demo,
-    sqlite_copy,
-)
-from tests.support.servers import serve
-
-BACKENDS = ["sqlite", "postgresql"]
-# For tests whose point is what the command does to the database (the rest run on SQLite).
-both_backends = pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+from service.runtime import Runtime
+from tests.support.stacks import ModuleDatabases
 
 
 def run(*args: str, env: Mapping[str, str] | None = None, input: str | None = None) -> Result:
@@ -105,25 +98,25 @@ class ApiHost:
     (with no checkpoint key yet), which costs a fraction of starting a server."""
 
     def __init__(self, settings: Settings) -> None:
-        from service.api.app import create_app
+        self.deployment = Deployment(settings)
+        self.runtime = self.deployment.runtime
+        self._app: InFlight | None = None
+        self.url = self.deployment.serve_api(wrap=self._count_in_flight)
 
-        self.runtime = build_runtime(settings)
-        self._app = InFlight(create_app(self.runtime))
-        self._server = ExitStack()
-        self.url = self._server.enter_context(serve(self._app))
+    def _count_in_flight(self, app: ASGIApp) -> InFlight:
+        self._app = InFlight(app)
+        return self._app
 
     def fresh(self) -> Served:
+        assert self._app is not None
         self._app.wait_idle()
         self.runtime.settings.resolved_checkpoint_key_file().unlink(missing_ok=True)
-        demo = fresh_demo(
-            self.runtime, api_url="http://api.invalid", mcp_url="http://mcp.invalid/mcp"
-        )
-        return Served(self.runtime, demo, self.url)
+        return Served(self.runtime, fresh_demo(self.runtime), self.url)
 
     def close(self) -> None:
-        self._app.wait_idle()
-        self._server.close()
-        self.runtime.engine.dispose()
+        if self._app is not None:
+            self._app.wait_idle()
+        self.deployment.close()
 
 
 class ApiHosts:
@@ -131,9 +124,8 @@ class ApiHosts:
 
     def __init__(self, root: Path, sqlite_template: Path) -> None:
         self._root = root
-        self._sqlite_template = sqlite_template
+        self._databases = ModuleDatabases(sqlite_template)
         self._hosts: dict[str, ApiHost] = {}
-        self._pool: PostgresPool | None = None
 
     def fresh(self, backend: str, request: pytest.FixtureRequest) -> Served:
         if backend not in self._hosts:
@@ -141,22 +133,16 @@ class ApiHosts:
         return self._hosts[backend].fresh()
 
     def close(self) -> None:
-        for backend, host in self._hosts.items():
+        for host in self._hosts.values():
             host.close()
-            if backend == "postgresql" and self._pool is not None:
-                self._pool.release(host.runtime.settings.resolved_database_url())
         self._hosts.clear()
+        self._databases.close()
 
     def _settings(self, backend: str, request: pytest.FixtureRequest) -> Settings:
         root = self._root / backend
-        if backend == "sqlite":
-            url = sqlite_copy(self._sqlite_template, root / "draftgate.db")
-        else:
-            self._pool = request.getfixturevalue("postgres_pool")
-            url = self._pool.acquire()
         return Settings(
             state_dir=root / "state",
-            database_url=url,
+            database_url=self._databases.new(backend, root, request),
             # Kept apart from the state dir, as an operator keeps it.
             checkpoint_key_file=root / "secrets" / "checkpoint-key.pem",
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.approvals import signed_decision
 from service.approvals import actions as approvals
 from service.approvals.schemas import ApprovalRequest
 from service.db import session_scope
@@ -14,7 +15,6 @@ from service.runtime import Runtime
 from service.sql import utcnow
 from service.tokens import actions as tokens
 from service.validation import parse
-from tests.support.approvals import signed_decision
 
 
 def approve_in_core(

@@ -4,7 +4,7 @@ conftest's ``runtime``/``demo``/``mcp_url`` build a runtime on a new database an
 uvicorn server for every test. A module of many small tests at the MCP door (or through
 the core's tool door) declares instead::
 
-    mcp_hosts, backend, module_host, demo, runtime, mcp_url = module_host_fixtures()
+    mcp_hosts, module_host, demo, runtime, mcp_url = module_host_fixtures()
 
 and its tests keep asking for ``runtime``, ``demo`` and ``mcp_url`` as before. The module
 keeps one database, runtime and (on first use) MCP server over streamable HTTP per backend
@@ -13,30 +13,24 @@ again, exactly as ``Stack`` does for the whole stack.
 
 Tests run on SQLite. A test whose behaviour depends on the database (SQL semantics,
 constraints and timestamps as PostgreSQL stores them, a commit seen by a running server,
-the audit chain over PostgreSQL) is marked ``@BOTH_BACKENDS`` and runs on both.
+the audit chain over PostgreSQL) is marked ``@both_backends`` (tests/support/backends.py)
+and runs on both.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from harness.databases import fresh_demo
+from harness.deployment import Deployment
 from service.config import Settings
-from service.runtime import Runtime, build_runtime
-from tests.support.databases import (
-    PostgresPool,
-    fresh_demo,
-    sqlite_copy,
-)
-from tests.support.servers import serve
-
-BACKENDS = ["sqlite", "postgresql"]
-BOTH_BACKENDS = pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+from service.runtime import Runtime
+from tests.support.stacks import ModuleDatabases
 
 
 class ModuleHost:
@@ -44,29 +38,20 @@ class ModuleHost:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.runtime = build_runtime(settings)
-        self._servers = ExitStack()
-        self._mcp_url: str | None = None
+        self.deployment = Deployment(settings)
+        self.runtime = self.deployment.runtime
 
     @property
     def mcp_url(self) -> str:
         """A real MCP server over streamable HTTP on this runtime (started on first use)."""
-        if self._mcp_url is None:
-            from mcp_adapter.server import create_http_app
-
-            base = self._servers.enter_context(serve(create_http_app(self.runtime)))
-            self._mcp_url = base + "/mcp"
-        return self._mcp_url
+        return self.deployment.mcp_url or self.deployment.serve_mcp()
 
     def fresh(self) -> dict[str, Any]:
         """Empty the database and seed the demo again; returns the demo manifest."""
-        return fresh_demo(
-            self.runtime, api_url="http://api.invalid", mcp_url="http://mcp.invalid/mcp"
-        )
+        return fresh_demo(self.runtime)
 
     def close(self) -> None:
-        self._servers.close()
-        self.runtime.engine.dispose()
+        self.deployment.close()
 
 
 class ModuleHosts:
@@ -75,9 +60,8 @@ class ModuleHosts:
 
     def __init__(self, root: Path, sqlite_template: Path) -> None:
         self._root = root
-        self._sqlite_template = sqlite_template
+        self._databases = ModuleDatabases(sqlite_template)
         self._hosts: dict[str, ModuleHost] = {}
-        self._postgres: list[tuple[PostgresPool, str]] = []
 
     def host(
         self, backend: str, overrides: dict[str, Any], request: pytest.FixtureRequest
@@ -87,7 +71,7 @@ class ModuleHosts:
             root = self._root / f"host-{len(self._hosts)}-{backend}"
             settings = Settings(
                 state_dir=root / "state",
-                database_url=self._database(backend, root, request),
+                database_url=self._databases.new(backend, root, request),
                 **overrides,
             )
             self._hosts[key] = ModuleHost(settings)
@@ -97,19 +81,7 @@ class ModuleHosts:
         for host in self._hosts.values():
             host.close()
         self._hosts.clear()
-        for pool, url in self._postgres:
-            pool.release(url)
-        self._postgres.clear()
-
-    def _database(self, backend: str, root: Path, request: pytest.FixtureRequest) -> str:
-        if backend == "sqlite":
-            return sqlite_copy(self._sqlite_template, root / "draftgate.db")
-        if backend != "postgresql":
-            raise ValueError(f"unknown backend {backend!r}")
-        pool: PostgresPool = request.getfixturevalue("postgres_pool")
-        url = pool.acquire()
-        self._postgres.append((pool, url))
-        return url
+        self._databases.close()
 
 
 def module_host_fixtures() -> tuple[Any, ...]:
@@ -122,11 +94,6 @@ def module_host_fixtures() -> tuple[Any, ...]:
         hosts = ModuleHosts(tmp_path_factory.mktemp("module-hosts"), sqlite_template)
         yield hosts
         hosts.close()
-
-    @pytest.fixture
-    def backend(request: pytest.FixtureRequest) -> str:
-        """SQLite, unless the test is marked ``@BOTH_BACKENDS``."""
-        return str(getattr(request, "param", "sqlite"))
 
     @pytest.fixture
     def module_host(
@@ -152,4 +119,4 @@ def module_host_fixtures() -> tuple[Any, ...]:
         """The module's MCP server, on the database as ``demo`` left it for this test."""
         return module_host.mcp_url
 
-    return mcp_hosts, backend, module_host, demo, runtime, mcp_url
+    return mcp_hosts, module_host, demo, runtime, mcp_url

@@ -15,6 +15,8 @@ from celery import Celery
 from sqlalchemy import update
 from sqlmodel import col, select
 
+from harness.approvals import bearer
+from harness.processes import WorkerProcess, start_worker
 from service.audit import actions as audit_actions
 from service.config import Settings
 from service.db import session_scope
@@ -23,9 +25,7 @@ from service.executions.queue import celery_config
 from service.executions.schemas import EXECUTE_TASK
 from service.shop.models import Refund
 from service.sql import utcnow
-from tests.support.approvals import bearer
 from tests.support.stacks import Stack, StackHost
-from tests.support.workers import WorkerProcess, start_worker
 
 FINISHED = {"succeeded", "failed"}
 POLL_SECONDS = 0.05
@@ -124,9 +124,8 @@ def restart_worker(stack: Stack, host: StackHost) -> WorkerProcess:
     """Start the stack's worker again after the test stopped or killed it. The new worker
     becomes the stack's own, so the module's next test finds it running instead of starting
     one more (which costs seconds)."""
-    assert host.worker is None or not host.worker.alive, "the stack's worker is still running"
-    worker = start_worker(host.settings, host.log_dir / "worker.log")
-    host.worker = stack.worker = worker
+    worker = host.start_worker()
+    stack.worker = worker
     return worker
 
 

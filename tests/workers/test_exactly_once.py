@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.approvals import approve, bearer
 from mcp_adapter.tools import ToolDoor
 from service.api.publisher import celery_publisher
 from service.audit import actions as audit_actions
@@ -30,7 +31,7 @@ from service.executions.sweeper import sweep
 from service.shop.models import Refund
 from service.sql import utcnow
 from service.tracing import new_trace_id
-from tests.support.approvals import approve, bearer
+from tests.support.backends import both_backends, postgresql_only
 from tests.workers.helpers import (
     POLL_SECONDS,
     extra_worker,
@@ -39,8 +40,6 @@ from tests.workers.helpers import (
     restart_worker,
     wait_until,
 )
-
-pytestmark = pytest.mark.slow
 
 ORDER = "ORD-1004"
 AMOUNT = 2_500  # 25.00 USD: one approver
@@ -151,12 +150,7 @@ def assert_recovered_once(stack: Any, draft_id: str, execution_id: str, refund: 
 # leaves it dead.
 
 
-# kombu's SQLite broker never redelivers (the sweeper recovers instead) and its worker runs
-# the solo pool, so these run on the production stack only.
-production_only = pytest.mark.parametrize("stack_kind", ["production"], indirect=True)
-
-
-@production_only
+@postgresql_only  # kombu's SQLite broker never redelivers; its worker is solo
 def test_a_killed_pool_process_is_given_back_by_the_worker_and_recovered(stack):
     """Only the process running the task dies; the worker's main process survives and, with
     acks_late + task_reject_on_worker_lost, puts the message back for another try."""
@@ -177,7 +171,7 @@ def test_a_killed_pool_process_is_given_back_by_the_worker_and_recovered(stack):
     assert stack.worker.alive  # the main process lived through it
 
 
-@production_only
+@postgresql_only  # kombu's SQLite broker never redelivers; its worker is solo
 def test_a_killed_worker_is_recovered_by_redis_redelivery(stack, stack_host):
     draft_id, execution_id = approved_and_executing(stack)
     refund = refund_made_then_kill(stack, draft_id, execution_id)
@@ -200,6 +194,7 @@ def test_a_killed_worker_is_recovered_by_redis_redelivery(stack, stack_host):
     assert republished == []
 
 
+@both_backends
 def test_a_killed_worker_is_recovered_by_the_sweeper(stack, tmp_path):
     draft_id, execution_id = approved_and_executing(stack)
     refund = refund_made_then_kill(stack, draft_id, execution_id)
@@ -224,6 +219,7 @@ def test_a_killed_worker_is_recovered_by_the_sweeper(stack, tmp_path):
     assert sweep(stack.runtime, publish).republished == 0
 
 
+@both_backends
 @pytest.mark.parametrize(
     "settings_overrides",
     [{"fault_pause_after_downstream_ms": 1_500, "execution_lease_seconds": 30}],

@@ -23,13 +23,14 @@ import pytest
 from sqlalchemy import func, update
 from sqlmodel import col, select
 
+from harness.approvals import approve, bearer, get_draft, signed_decision
 from service.approvals.schemas import Decision
 from service.audit import repository as audit_repository
 from service.db import session_scope
 from service.drafts.models import Draft
 from service.executions.models import Execution, OutboxMessage
 from service.sql import utcnow
-from tests.support.approvals import approve, bearer, get_draft, signed_decision
+from tests.support.backends import both_backends
 from tests.support.mcp_client import connect
 from tests.workers.helpers import (
     FINISHED,
@@ -40,7 +41,7 @@ from tests.workers.helpers import (
     wait_for_execution,
 )
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio, both_backends]
 
 ORDER = "ORD-1004"  # delivered 3 days ago, total 785.00 USD
 SMALL = 1_500  # 15.00 USD: one approver

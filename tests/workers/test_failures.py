@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import update
 from sqlmodel import col, select
 
+from harness.approvals import approve, bearer
 from mcp_adapter.tools import ToolDoor
 from service.api.publisher import celery_publisher
 from service.audit import repository as audit_repository
@@ -19,7 +20,7 @@ from service.db import session_scope
 from service.executions.sweeper import sweep
 from service.shop.models import Cancellation, Order
 from service.tracing import new_trace_id
-from tests.support.approvals import approve, bearer
+from tests.support.backends import both_backends
 from tests.support.mcp_client import connect
 from tests.workers.helpers import (
     chain_verifies,
@@ -31,7 +32,9 @@ from tests.workers.helpers import (
     wait_for_task,
 )
 
-pytestmark = pytest.mark.slow
+# The broker and the database decide how a delivery is recovered: both backends.
+pytestmark = both_backends
+
 
 ORDER = "ORD-1004"
 AMOUNT = 2_500  # 25.00 USD: one approver

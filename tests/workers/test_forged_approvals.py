@@ -15,13 +15,13 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from harness.approvals import bearer, get_draft
 from tests.service.approvals.test_forged_approvals import (
     IDENTITY,
     forge,
     plant_forged_approval,
     plant_key,
 )
-from tests.support.approvals import bearer, get_draft
 from tests.workers.test_security import (
     SMALL,
     assert_refused_by_the_worker,
@@ -32,7 +32,7 @@ from tests.workers.test_security import (
 
 pytestmark = [
     pytest.mark.full,
-    pytest.mark.parametrize("stack_kind", ["production"], indirect=True),
+    pytest.mark.parametrize("backend", ["postgresql"], indirect=True),
 ]
 
 

@@ -16,15 +16,15 @@ from wsgiref.util import setup_testing_defaults
 import httpx
 import pytest
 
+from harness.approvals import approve, bearer
+from harness.servers import free_port
 from tests.support import prometheus
-from tests.support.approvals import approve, bearer
 from tests.support.mcp_client import connect
 from tests.support.prometheus import Samples
-from tests.support.servers import free_port
 from tests.workers.helpers import wait_for_execution, wait_until
 from workers.metrics import metrics_app
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio]
 
 WORKER_METRICS_PORT = free_port()
 REFUND = {

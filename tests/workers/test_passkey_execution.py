@@ -18,13 +18,13 @@ import pytest
 from sqlalchemy import update
 from sqlmodel import col, select
 
+from harness.approvals import signed_decision
 from service.approvals.models import Approval
 from service.approvals.schemas import Decision, signed_request, statement_for
 from service.db import session_scope
 from service.drafts import repository as drafts_repository
 from service.signing import b64url, b64url_decode, generate_private_key, key_id_for, public_key_b64
 from service.sql import rfc3339_seconds, utcnow
-from tests.support.approvals import signed_decision
 from tests.support.authenticator import SoftwareAuthenticator, bearer, enrol_passkey
 from tests.workers.helpers import chain_verifies, refunds, restart_worker, wait_for_execution
 from tests.workers.test_security import (
@@ -33,8 +33,6 @@ from tests.workers.test_security import (
     propose_refund,
     tamper,
 )
-
-pytestmark = pytest.mark.slow
 
 RP_ID = "localhost"
 ORIGIN = "http://localhost:8000"

@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import update
 from sqlmodel import col, select
 
+from harness.approvals import approve, bearer
 from mcp_adapter.tools import ToolDoor
 from service.api.publisher import celery_publisher
 from service.audit import actions as audit_actions
@@ -36,7 +37,7 @@ from service.shop.models import Refund
 from service.sql import utcnow
 from service.tokens import actions as tokens
 from service.tracing import new_trace_id
-from tests.support.approvals import approve, bearer
+from tests.support.backends import sqlite_only
 from tests.support.core import approve_in_core, request_execution_in_core
 from tests.workers.helpers import POLL_SECONDS, restart_worker
 
@@ -171,7 +172,6 @@ def assert_refused_by_the_worker(
 # --- with a real worker -------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_a_draft_marked_approved_in_the_database_is_executed_by_nobody(stack):
     engine = stack.runtime.engine
     draft_id = propose_refund(stack.runtime, stack.demo, SMALL)
@@ -196,7 +196,6 @@ def test_a_draft_marked_approved_in_the_database_is_executed_by_nobody(stack):
     assert "0 of 1 required approvals verify" in execution.error["message"]
 
 
-@pytest.mark.slow
 def test_params_edited_after_approval_are_refused_by_the_worker(stack, stack_host):
     engine = stack.runtime.engine
     draft_id = propose_refund(stack.runtime, stack.demo, SMALL)
@@ -237,7 +236,6 @@ def test_params_edited_after_approval_are_refused_by_the_worker(stack, stack_hos
     assert refunds(engine) == []
 
 
-@pytest.mark.slow
 def test_a_lowered_approval_count_is_recomputed_by_the_worker(stack):
     engine = stack.runtime.engine
     draft_id = propose_refund(stack.runtime, stack.demo, LARGE)  # alice AND bob
@@ -310,7 +308,7 @@ def test_unsigned_draft_columns_cannot_lower_the_policy(runtime, demo, tampering
     assert (refused_with, [r.amount_minor for r in paid_out]) == ("APPROVALS_UNVERIFIED", [])
 
 
-@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # a role matrix: backend-free
+@sqlite_only  # a role matrix: backend-free
 @pytest.mark.parametrize("token", ["agent", "auditor", "admin"])
 def test_only_an_approver_may_request_an_execution(runtime, demo, token):
     draft_id = propose_refund(runtime, demo, SMALL)

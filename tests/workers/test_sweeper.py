@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import update
 from sqlmodel import col, select
 
+from harness.approvals import approve, bearer
 from mcp_adapter.tools import ToolDoor
 from service.api.publisher import celery_publisher
 from service.audit import actions as audit_actions
@@ -30,9 +31,12 @@ from service.runtime import Runtime
 from service.shop.models import Refund
 from service.sql import utcnow
 from service.tracing import new_trace_id
-from tests.support.approvals import approve, bearer
+from tests.support.backends import both_backends
 from tests.support.core import approve_in_core, request_execution_in_core
 from tests.workers.helpers import POLL_SECONDS, drain, make_quiet
+
+# The broker and the database decide how a delivery is recovered: both backends.
+pytestmark = both_backends
 
 ORDER = "ORD-1004"
 SMALL = 2_500  # 25.00 USD: one approver
@@ -128,7 +132,6 @@ def chain_verifies(runtime: Runtime) -> bool:
 # --- lost messages, with a real worker ----------------------------------------------------
 
 
-@pytest.mark.slow
 def test_an_outbox_row_never_published_is_published_by_the_sweeper(stack):
     runtime, publish = stack.runtime, celery_publisher(stack.settings)
     draft_id = propose_refund(runtime, stack.demo)
@@ -155,7 +158,6 @@ def test_an_outbox_row_never_published_is_published_by_the_sweeper(stack):
     assert chain_verifies(runtime)
 
 
-@pytest.mark.slow
 def test_a_queued_execution_whose_message_was_lost_is_republished(stack):
     runtime, publish = stack.runtime, celery_publisher(stack.settings)
     draft_id = propose_refund(runtime, stack.demo)
@@ -190,7 +192,6 @@ def test_a_queued_execution_whose_message_was_lost_is_republished(stack):
 # --- expiry -------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_drafts_past_their_expiry_are_expired_and_cannot_be_executed(stack):
     runtime, demo, publish = stack.runtime, stack.demo, celery_publisher(stack.settings)
     proposed_id = propose_refund(runtime, demo, SMALL)

@@ -12,8 +12,12 @@ from sqlalchemy import func, select
 from service.db import read_scope
 from service.runtime import Runtime, build_runtime
 from service.tables import metadata
+from tests.support.backends import both_backends
 from tests.workers.helpers import wait_until
 from workers.warmup import warm_up
+
+# Warming up opens a connection of each backend's kind: both backends.
+pytestmark = both_backends
 
 
 def row_counts(runtime: Runtime) -> dict[str, int]:
@@ -49,7 +53,6 @@ def test_a_database_that_is_down_is_logged_not_raised(
     runtime.engine.dispose()
 
 
-@pytest.mark.slow
 def test_the_worker_logs_its_warm_up(stack: Any) -> None:
     # Prefork children warm up right after the fork, which may come just after "ready".
     wait_until(

@@ -18,6 +18,7 @@ import httpx
 import pytest
 from sqlmodel import col, select
 
+from harness.approvals import approve, bearer
 from service.api.publisher import celery_publisher
 from service.audit.models import AuditEvent
 from service.db import session_scope
@@ -25,11 +26,10 @@ from service.webhooks.models import DeliveryStatus, WebhookDelivery
 from service.webhooks.outbox import publish_due
 from service.webhooks.schemas import EVENT_TYPES
 from tests.service.webhooks.receiver import receiving, refused_url
-from tests.support.approvals import approve, bearer
 from tests.support.mcp_client import connect
 from tests.workers.helpers import wait_for_execution, wait_until
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio]
 
 ORDER = "ORD-1004"
 ANNOUNCED = ["draft.proposed", "draft.approved", "execution.succeeded"]

@@ -3,7 +3,7 @@
     python -m tests.gateway.upstreams.http_service --port N --ledger PATH
         [--transient-failures N] [--token T]
 
-(or ``create_app(options)`` served in-process by tests/support/servers.serve). It behaves
+(or ``create_app(options)`` served in-process by harness/servers.serve). It behaves
 like a payment provider's API, so the gateway is tested against real HTTP semantics:
 
 - ``Idempotency-Key``: the same key with the same request answers the same response and

@@ -27,8 +27,8 @@ import httpx
 import pytest
 import yaml
 
+from harness.servers import free_port, serve
 from tests.gateway.upstreams.ledger import Ledger, read_jsonl
-from tests.support.servers import free_port, serve
 
 ROOT = Path(__file__).resolve().parents[3]
 UPSTREAMS_DIR = Path(__file__).resolve().parent

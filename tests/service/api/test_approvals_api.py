@@ -27,6 +27,7 @@ import pytest
 from sqlalchemy import func, select, update
 from sqlmodel import Session, col
 
+from harness.approvals import signed_decision
 from mcp_adapter.tools import ToolDoor
 from service.api.app import create_app
 from service.approvals.models import Approval
@@ -45,13 +46,11 @@ from service.tokens import actions as tokens
 from service.tracing import new_trace_id
 from tests.support.api_client import (
     bearer,
-    both_backends,
     get_draft,
     in_process,
     served,
-    sqlite_unless_parametrised,
 )
-from tests.support.approvals import signed_decision
+from tests.support.backends import both_backends
 from tests.support.mcp_client import connect
 
 PROBLEM_JSON = "application/problem+json"
@@ -62,11 +61,6 @@ LARGE = 60_000  # 600.00 USD: two approvers
 
 
 # --- fixtures and helpers ----------------------------------------------------------------
-
-
-@pytest.fixture
-def db_url(request: pytest.FixtureRequest) -> str:
-    return sqlite_unless_parametrised(request)
 
 
 @pytest.fixture

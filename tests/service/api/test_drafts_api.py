@@ -23,6 +23,7 @@ import rfc8785
 from sqlalchemy import select, update
 from sqlmodel import Session, col
 
+from harness.approvals import signed_decision
 from mcp_adapter.tools import ToolDoor
 from service.api.app import create_app
 from service.approvals.schemas import Decision
@@ -39,13 +40,11 @@ from service.tokens import actions as tokens
 from service.tracing import new_trace_id
 from tests.support.api_client import (
     bearer,
-    both_backends,
     get_draft,
     in_process,
     served,
-    sqlite_unless_parametrised,
 )
-from tests.support.approvals import signed_decision
+from tests.support.backends import both_backends
 
 PROBLEM_JSON = "application/problem+json"
 TENANT = "demo"
@@ -60,11 +59,6 @@ ADDRESS = {
     "country": "GB",
     "phone": "+447700900999",
 }
-
-
-@pytest.fixture
-def db_url(request: pytest.FixtureRequest) -> str:
-    return sqlite_unless_parametrised(request)
 
 
 @pytest.fixture

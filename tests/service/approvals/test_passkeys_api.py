@@ -16,6 +16,7 @@ import httpx
 import pytest
 from sqlmodel import Session, col, select
 
+from harness.approvals import signed_decision
 from mcp_adapter.tools import ToolDoor
 from service.api.app import create_app
 from service.approvals.models import Approval
@@ -34,23 +35,12 @@ from tests.service.api.test_approvals_api import (
     snapshot,
     token,
 )
-from tests.support.api_client import (
-    bearer,
-    both_backends,
-    get_draft,
-    in_process,
-    sqlite_unless_parametrised,
-)
-from tests.support.approvals import signed_decision
+from tests.support.api_client import bearer, get_draft, in_process
 from tests.support.authenticator import SoftwareAuthenticator, enrol_passkey
+from tests.support.backends import both_backends
 
 RP_ID = "localhost"
 ORIGIN = "http://localhost:8000"
-
-
-@pytest.fixture
-def db_url(request: pytest.FixtureRequest) -> str:
-    return sqlite_unless_parametrised(request)
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from service.tokens import actions as tokens
 from service.tracing import new_trace_id
 from service.validation import parse
 from tests.support.authenticator import SoftwareAuthenticator
+from tests.support.backends import postgresql_only
 
 RP_ID, ORIGIN = "localhost", "http://localhost:8000"
 
@@ -91,7 +92,7 @@ def lock_waiters(runtime: Any) -> int:
         return int(connection.execute(query).scalar_one())
 
 
-@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+@postgresql_only
 def test_an_approval_waits_for_the_passkeys_lock_and_sees_the_counter_advanced(runtime, demo):
     authenticator = SoftwareAuthenticator(rp_id=RP_ID, origin=ORIGIN)
     key_id = register(runtime, demo, authenticator)

@@ -40,6 +40,8 @@ from hypothesis import strategies as st
 from sqlalchemy import update
 from sqlmodel import Session, col, select
 
+from harness.databases import fresh_demo
+from harness.servers import serve
 from mcp_adapter.tools import ToolDoor
 from service.api.app import create_app
 from service.approvals import actions as approvals
@@ -68,8 +70,6 @@ from service.validation import parse
 from tests.security.fuzz_support import SCALE, fuzz_settings
 from tests.support import cli
 from tests.support.api_client import bearer
-from tests.support.databases import fresh_demo
-from tests.support.servers import serve
 
 # About 1.5 s each (a fresh database, the API over HTTP, the CLI): the full lane's.
 PROPERTY_EXAMPLES = 100 * SCALE

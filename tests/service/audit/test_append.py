@@ -16,6 +16,10 @@ from service.audit import actions as audit
 from service.audit.chain import GENESIS_HASH, event_hash
 from service.audit.models import AuditEvent, AuditHead
 from service.db import session_scope
+from tests.support.backends import both_backends
+
+# The append is one statement on PostgreSQL (ON CONFLICT, the head locked): both backends.
+pytestmark = both_backends
 
 
 def record(engine: Engine, tenant: str, *types: str) -> None:

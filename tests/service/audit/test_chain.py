@@ -30,18 +30,21 @@ from service.db import run_unit, session_scope
 from service.errors import DomainError, invalid_argument
 from service.runtime import Runtime, build_runtime
 from service.tracing import new_trace_id
+from tests.support.backends import both_backends, sqlite_only
+
+pytestmark = both_backends
 
 GENESIS = "0" * 64
 EVENTS = AuditEvent.__table__  # type: ignore[attr-defined]
 HEADS = AuditHead.__table__  # type: ignore[attr-defined]
 
-# Tests run on both backends (conftest's ``db_url``), except the tamper matrix marked with
+# Tests run on both backends (``pytestmark``), except the tamper matrix marked with
 # this: which row or field was changed, and how the verifier reports it, is decided in Python
 # over the rows read back. What the database decides stays on both: storing and reading the
 # chain back (construction, a clean log), a JSON value edited in place, the unique (tenant,
 # seq) constraint a swap works around, the server-side cursor of a verification that stops
 # early, and concurrent writers.
-on_sqlite = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+on_sqlite = sqlite_only
 
 
 # --- an independent re-implementation of the documented construction -------------------
@@ -504,7 +507,6 @@ def standalone_runtime(tmp_path):
         runtime.engine.dispose()
 
 
-@pytest.mark.slow
 def test_concurrent_writers_on_postgresql_get_seqs_without_gaps_or_duplicates(
     postgres_url, standalone_runtime
 ):
@@ -524,7 +526,6 @@ def test_concurrent_writers_on_postgresql_get_seqs_without_gaps_or_duplicates(
         assert result.events_checked == count
 
 
-@pytest.mark.slow
 def test_concurrent_writers_on_sqlite_get_seqs_without_gaps_or_duplicates(
     sqlite_url, standalone_runtime
 ):

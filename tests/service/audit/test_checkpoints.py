@@ -45,7 +45,8 @@ from service.runtime import build_runtime
 from service.signing import generate_private_key, key_id_for, public_key_b64, sign
 from service.sql import utcnow
 from service.tracing import new_trace_id
-from tests.support.api_client import bearer, both_backends, in_process, sqlite_unless_parametrised
+from tests.support.api_client import bearer, in_process
+from tests.support.backends import both_backends
 
 TENANT = "demo"
 EVENTS = AuditEvent.__table__  # type: ignore[attr-defined]
@@ -71,11 +72,6 @@ def chain_alone(log: Any) -> Verification:
         events = [e.model_dump() for e in audit_repository.iter_chain(session, TENANT)]
     assert head is not None
     return verify_chain(events, recorded_head=(head.seq, head.hash))
-
-
-@pytest.fixture
-def db_url(request: pytest.FixtureRequest) -> str:
-    return sqlite_unless_parametrised(request)
 
 
 @pytest.fixture

@@ -12,15 +12,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import secrets
-import signal
 import sqlite3
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +23,14 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives import serialization
 
+from harness.approvals import bearer, get_draft, signed_decision
+from harness.dev import draftgate_dev
 from service.approvals.schemas import Decision
-from tests.support.approvals import bearer, get_draft, signed_decision
 from tests.support.mcp_client import connect, error_of
-from tests.support.servers import free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.full
 
-DRAFTGATE = Path(sys.executable).parent / "draftgate"
-START_TIMEOUT_SECONDS = 90
+CHECKPOINT_EVERY_SECOND = {"DRAFTGATE_CHECKPOINT_INTERVAL_SECONDS": "1"}
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 LIST_TOOLS = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
 DEMO_PII = ["+447700900123", "+12025550147", "12 St James's Square", "SW1Y 4JH"]
@@ -50,78 +43,6 @@ ADA_ADDRESS = {  # the demo customer's own details, corrected recipient: PII in 
     "country": "GB",
     "phone": "+447700900123",
 }
-
-
-# --- running draftgate dev ------------------------------------------------------------------
-
-
-class Dev:
-    def __init__(self, process: subprocess.Popen[bytes], state_dir: Path, log: Path) -> None:
-        self.process, self.state_dir, self.log = process, state_dir, log
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def manifest(self) -> dict[str, Any]:
-        loaded: dict[str, Any] = json.loads((self.state_dir / "demo.json").read_text())
-        return loaded
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2).status_code == 200
-    except httpx.TransportError:
-        return False
-
-
-def wait_for(dev: Dev, condition: Any, what: str) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    while not condition():
-        assert dev.process.poll() is None, f"draftgate dev exited early:\n{dev.output()}"
-        assert time.monotonic() < deadline, f"draftgate dev: no {what}:\n{dev.output()}"
-        time.sleep(0.05)  # polling the condition, until the deadline
-
-
-@contextmanager
-def draftgate_dev(tmp_path: Path) -> Iterator[Dev]:
-    state_dir, log = tmp_path / "state", tmp_path / "dev.log"
-    api_port, mcp_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DRAFTGATE_")}
-    env["DRAFTGATE_CHECKPOINT_INTERVAL_SECONDS"] = "1"  # beat signs the head promptly
-    command = [
-        str(DRAFTGATE),
-        "dev",
-        "--state-dir",
-        str(state_dir),
-        "--api-port",
-        str(api_port),
-        "--mcp-port",
-        str(mcp_port),
-    ]
-    with log.open("wb") as output:  # every child inherits dev's stdout and stderr
-        process = subprocess.Popen(
-            command,
-            env=env,
-            cwd=tmp_path,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    dev = Dev(process, state_dir, log)
-    try:
-        wait_for(dev, (state_dir / "demo.json").exists, "manifest")
-        manifest = dev.manifest()
-        wait_for(dev, lambda: _healthy(manifest["api_url"] + "/healthz"), "API")
-        wait_for(dev, lambda: "Press Ctrl-C to stop." in dev.output(), "announcement")
-        yield dev
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: a clean stop of the whole tree
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=30)
 
 
 # --- the session ----------------------------------------------------------------------------
@@ -333,7 +254,8 @@ def raw_database_files(state_dir: Path) -> str:
 
 def test_no_secret_appears_in_exports_logs_or_databases(tmp_path):
     unknown_token = "dg_" + secrets.token_urlsafe(32)
-    with draftgate_dev(tmp_path) as dev:
+    # Beat signs the head promptly.
+    with draftgate_dev(tmp_path / "state", tmp_path / "dev.log", **CHECKPOINT_EVERY_SECOND) as dev:
         manifest = dev.manifest()
         drafts = anyio.run(agent_session, manifest)
         sent_headers = refused_credentials(manifest, unknown_token)
@@ -347,8 +269,8 @@ def test_no_secret_appears_in_exports_logs_or_databases(tmp_path):
         )
         assert exported.status_code == 200, exported.text
         export = exported.text
-        os.killpg(dev.process.pid, signal.SIGINT)
-        assert dev.process.wait(timeout=60) == 0, dev.output()
+        code, _ = dev.interrupt()  # Ctrl-C: a clean stop of the whole tree
+        assert code == 0, dev.output()
 
     logs = dev.output()
     tables = dump_databases(dev.state_dir)

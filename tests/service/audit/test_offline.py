@@ -20,6 +20,8 @@ import rfc8785
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from harness.approvals import bearer
+from harness.servers import serve
 from mcp_adapter.tools import ToolDoor
 from service.api.app import create_app
 from service.audit.offline import (
@@ -33,8 +35,6 @@ from service.audit.offline import (
     verify_export,
 )
 from service.tracing import new_trace_id
-from tests.support.approvals import bearer
-from tests.support.servers import serve
 
 GENESIS = "0" * 64
 

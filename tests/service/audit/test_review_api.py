@@ -32,13 +32,8 @@ from service.errors import DomainError
 from service.principal import Role
 from service.tokens import actions as tokens
 from service.tracing import new_trace_id
-from tests.support.api_client import (
-    bearer,
-    both_backends,
-    in_process,
-    served,
-    sqlite_unless_parametrised,
-)
+from tests.support.api_client import bearer, in_process, served
+from tests.support.backends import both_backends
 
 PROBLEM_JSON = "application/problem+json"
 TENANT = "demo"
@@ -57,11 +52,6 @@ NOT_AUDITORS = ["agent", "approver_alice", "admin"]
 
 
 # --- fixtures and helpers -------------------------------------------------------------------
-
-
-@pytest.fixture
-def db_url(request: pytest.FixtureRequest) -> str:
-    return sqlite_unless_parametrised(request)
 
 
 @pytest.fixture

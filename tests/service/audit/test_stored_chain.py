@@ -18,6 +18,10 @@ from service.audit.models import AuditEvent
 from service.audit.offline import FIELDS
 from service.db import read_scope, session_scope
 from service.runtime import Runtime
+from tests.support.backends import both_backends
+
+# What the verifier reads back must be the same on both backends.
+pytestmark = both_backends
 
 EVENTS = AuditEvent.__table__  # type: ignore[attr-defined]
 

@@ -19,14 +19,13 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.approvals import signed_decision
 from mcp_adapter.tools import ToolDoor
 from service.api.app import create_app
 from service.approvals.schemas import Decision
-from service.config import Settings
 from service.errors import DomainError
 from service.tracing import new_trace_id
 from tests.support.api_client import bearer, get_draft, in_process
-from tests.support.approvals import signed_decision
 from tests.support.mcp_client import connect, error_of
 
 PROBLEM_JSON = "application/problem+json"
@@ -123,25 +122,6 @@ def refund(order_id: str, amount_minor: int, reason: str, **extra: Any) -> dict[
 # --- the whole interaction, on the whole stack ----------------------------------------------
 
 
-@pytest.fixture(scope="module", params=["embedded", "production"])
-def stack_kind(request: pytest.FixtureRequest) -> str:
-    """Module-scoped, so that pytest runs both stack tests on one kind of stack, then both on
-    the other: each kind's stack (API, MCP server, worker) starts once for the module, not
-    once per test (conftest's ``stack_settings`` is parametrised per test)."""
-    return str(request.param)
-
-
-@pytest.fixture
-def stack_settings(
-    request: pytest.FixtureRequest,
-    stack_kind: str,
-    settings_overrides: dict[str, Any],
-    stack_hosts: Any,
-) -> Settings:
-    """conftest's ``stack_settings``, for the kind ``stack_kind`` names."""
-    return stack_hosts.settings(stack_kind, settings_overrides, request)
-
-
 @pytest.fixture
 def stack_api(stack) -> Iterator[httpx.Client]:
     """A client of the stack's real API server (one connection pool for the whole test)."""
@@ -150,7 +130,6 @@ def stack_api(stack) -> Iterator[httpx.Client]:
 
 
 @pytest.mark.anyio
-@pytest.mark.slow
 async def test_a_trace_tells_the_whole_interaction_as_the_audit_log_does(stack, stack_api):
     demo, api = stack.demo, stack_api
     order = demo["orders"]["delivered"]
@@ -395,7 +374,6 @@ def test_a_rejected_draft_is_diagnosed_human_decision(demo, api, door):
     ]
 
 
-@pytest.mark.slow
 def test_an_execution_that_failed_on_a_business_rule_is_diagnosed_business_rule(stack, stack_api):
     demo, api = stack.demo, stack_api
     door = ToolDoor(stack.runtime, stdio_token=demo["tokens"]["agent"])

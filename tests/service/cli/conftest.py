@@ -1,5 +1,5 @@
-"""Fixtures of the CLI tests: SQLite unless a test is marked ``both_backends``, and real API
-servers kept for a test module (one per backend) for the commands that talk HTTP."""
+"""Fixtures of the CLI tests: real API servers kept for a test module (one per backend) for
+the commands that talk HTTP (SQLite unless a test is marked ``both_backends``)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,6 @@ from pathlib import Path
 import pytest
 
 from tests.support import cli
-
-
-@pytest.fixture
-def backend(request: pytest.FixtureRequest) -> str:
-    """sqlite, or the backend a ``both_backends`` test runs on."""
-    return str(getattr(request, "param", "sqlite"))
-
-
-@pytest.fixture
-def db_url(backend: str, request: pytest.FixtureRequest) -> str:
-    return str(request.getfixturevalue("sqlite_url" if backend == "sqlite" else "postgres_url"))
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from typer.testing import Result
 
+from harness.approvals import get_draft
+from harness.servers import serve
 from mcp_adapter.tools import ToolDoor
 from service.approvals.models import Approval
 from service.cli import passphrase
@@ -38,9 +40,7 @@ from service.text import is_unsafe
 from service.tokens import actions as tokens
 from service.tracing import new_trace_id
 from tests.support import cli
-from tests.support.approvals import get_draft
-from tests.support.cli import both_backends
-from tests.support.servers import serve
+from tests.support.backends import both_backends
 
 TENANT = "demo"
 PASSPHRASE = "carol's passphrase"
@@ -521,7 +521,6 @@ def test_executions_show_an_unknown_execution_fails(api, demo):
     assert "EXECUTION_UNAVAILABLE" in result.stderr
 
 
-@pytest.mark.slow
 def test_approve_with_execute_runs_the_refund_to_success(stack):
     demo = stack.demo
     draft_id = refund(ToolDoor(stack.runtime, stdio_token=demo["tokens"]["agent"]), 1_500)

@@ -22,7 +22,7 @@ from service.db import session_scope
 from service.signing import generate_private_key, key_id_for, public_key_b64, sign
 from service.tracing import new_trace_id
 from tests.support import cli
-from tests.support.cli import both_backends
+from tests.support.backends import both_backends
 
 EVENTS = AuditEvent.__table__  # type: ignore[attr-defined]
 HEX64 = set("0123456789abcdef")

@@ -22,6 +22,7 @@ from sqlalchemy import update
 from sqlmodel import Session, col, select
 from typer.testing import Result
 
+from harness.approvals import bearer, get_draft, signed_decision
 from mcp_adapter.tools import ToolDoor
 from service.approvals.schemas import Decision
 from service.audit import checkpoints
@@ -33,8 +34,7 @@ from service.signing import generate_private_key, public_key_b64
 from service.sql import utcnow
 from service.tracing import new_trace_id
 from tests.support import cli
-from tests.support.approvals import bearer, get_draft, signed_decision
-from tests.support.cli import both_backends
+from tests.support.backends import both_backends
 
 DRAFTGATE = Path(sys.executable).parent / "draftgate"
 EVENTS = AuditEvent.__table__  # type: ignore[attr-defined]

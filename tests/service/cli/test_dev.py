@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import signal
 import stat
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +15,14 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from harness.dev import draftgate_dev
+from harness.servers import healthy
 from service.signing import key_id_for, public_key_b64
 from tests.support.mcp_client import connect, error_of
-from tests.support.servers import free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.full
 
-DRAFTGATE = Path(sys.executable).parent / "draftgate"
-START_TIMEOUT_SECONDS = 90
-STOP_TIMEOUT_SECONDS = 15
+STOPPED_WITHIN_SECONDS = 15
 
 MANIFEST_KEYS = {"api_url", "mcp_url", "tenant", "tokens", "approvers", "orders"}
 TOKEN_KEYS = {"agent", "agent_other_customer", "approver_alice", "approver_bob", "auditor", "admin"}
@@ -43,22 +35,6 @@ ORDER_KEYS = {
     "delivered_long_ago",
     "other_customer",
 }
-
-
-@dataclass
-class Dev:
-    process: subprocess.Popen[bytes]
-    state_dir: Path
-    api_url: str
-    mcp_url: str
-    log: Path
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def manifest(self) -> dict[str, Any]:
-        loaded: dict[str, Any] = json.loads((self.state_dir / "demo.json").read_text())
-        return loaded
 
 
 # --- the process tree, seen through /proc ---------------------------------------------------------
@@ -100,90 +76,6 @@ def still_running(processes: dict[int, int]) -> list[int]:
         if info is not None and info[0] != "Z" and info[2] == started:
             alive.append(pid)
     return alive
-
-
-# --- running draftgate dev ------------------------------------------------------------------------
-
-
-def wait_for(dev: Dev, condition: Any, what: str) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    while not condition():
-        assert dev.process.poll() is None, f"draftgate dev exited early:\n{dev.output()}"
-        assert time.monotonic() < deadline, f"draftgate dev: no {what}:\n{dev.output()}"
-        time.sleep(0.05)
-
-
-def healthy(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2).status_code == 200
-    except httpx.TransportError:
-        return False
-
-
-def wait_until_ready(dev: Dev) -> None:
-    """The manifest is written, both servers answer, and dev has announced it is running."""
-    wait_for(dev, (dev.state_dir / "demo.json").exists, "manifest")
-    wait_for(dev, lambda: healthy(dev.api_url + "/healthz"), "API /healthz")
-    wait_for(dev, lambda: healthy(dev.mcp_url.removesuffix("/mcp") + "/healthz"), "MCP /healthz")
-    wait_for(dev, lambda: "Press Ctrl-C to stop." in dev.output(), "announcement")
-
-
-@contextmanager
-def draftgate_dev(
-    state_dir: Path, log: Path, *, ready: bool = True, **extra_env: str
-) -> Iterator[Dev]:
-    api_port, mcp_port = free_port(), free_port()
-    env = {key: value for key, value in os.environ.items() if not key.startswith("DRAFTGATE_")}
-    env.update(extra_env)
-    args = [
-        str(DRAFTGATE),
-        "dev",
-        "--state-dir",
-        str(state_dir),
-        "--api-port",
-        str(api_port),
-        "--mcp-port",
-        str(mcp_port),
-    ]
-    with log.open("wb") as output:
-        # Its own process group, so a Ctrl-C can be sent to the whole tree as a terminal does.
-        process = subprocess.Popen(
-            args,
-            env=env,
-            cwd=log.parent,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    dev = Dev(
-        process,
-        state_dir,
-        f"http://127.0.0.1:{api_port}",
-        f"http://127.0.0.1:{mcp_port}/mcp",
-        log,
-    )
-    try:
-        if ready:
-            wait_until_ready(dev)
-        yield dev
-    finally:
-        if process.poll() is None:  # a failed test: take the tree down without ceremony
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
-
-
-def stop_with_sigint(dev: Dev, *, whole_group: bool) -> tuple[int, float]:
-    """Send SIGINT like Ctrl-C (to the group) or like ``kill -INT`` (to dev only)."""
-    started = time.monotonic()
-    if whole_group:
-        os.killpg(dev.process.pid, signal.SIGINT)
-    else:
-        dev.process.send_signal(signal.SIGINT)
-    try:
-        code = dev.process.wait(timeout=STOP_TIMEOUT_SECONDS + 15)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"draftgate dev did not stop after SIGINT:\n{dev.output()}")
-    return code, time.monotonic() - started
 
 
 def wait_gone(processes: dict[int, int], seconds: float = 5) -> list[int]:
@@ -278,12 +170,12 @@ def test_dev_runs_the_stack_stops_on_ctrl_c_and_a_second_run_reuses_the_manifest
         assert not other.is_error, "agent_other_customer acts for the other customer"
 
         # Ctrl-C: the whole tree stops, cleanly and promptly.
-        children = descendants(dev.process.pid)
+        children = descendants(dev.pid)
         assert len(children) >= 2, "api and mcp run as child processes"
-        code, took = stop_with_sigint(dev, whole_group=True)
+        code, took = dev.interrupt(whole_group=True)
 
     assert code == 0, dev.output()
-    assert took < STOP_TIMEOUT_SECONDS, f"stopping took {took:.1f}s"
+    assert took < STOPPED_WITHIN_SECONDS, f"stopping took {took:.1f}s"
     assert wait_gone(children) == [], f"left running: {still_running(children)}"
     assert "Traceback" not in dev.output()
     # One clean banner: the components' own output (Celery's banners, uvicorn's lines) is
@@ -311,11 +203,11 @@ def test_dev_runs_the_stack_stops_on_ctrl_c_and_a_second_run_reuses_the_manifest
         assert not seen["paid"].is_error, "the first run's agent token still works"
 
         # kill -INT on dev alone (not the group): dev stops its children itself.
-        children = descendants(second.process.pid)
-        code, took = stop_with_sigint(second, whole_group=False)
+        children = descendants(second.pid)
+        code, took = second.interrupt(whole_group=False)
 
     assert code == 0, second.output()
-    assert took < STOP_TIMEOUT_SECONDS, f"stopping took {took:.1f}s"
+    assert took < STOPPED_WITHIN_SECONDS, f"stopping took {took:.1f}s"
     assert wait_gone(children) == [], f"left running: {still_running(children)}"
 
 
@@ -343,12 +235,12 @@ def test_ctrl_c_while_starting_stops_cleanly(tmp_path):
         PYTHONPATH=pythonpath,
         DRAFTGATE_TEST_SLOW_START_MARK=str(mark),
     ) as dev:
-        wait_for(dev, mark.exists, "API child")
-        wait_for(dev, lambda: healthy(dev.mcp_url.removesuffix("/mcp") + "/healthz"), "MCP")
+        dev.wait_for(mark.exists, "API child")
+        dev.wait_for(lambda: healthy(dev.mcp_url.removesuffix("/mcp") + "/healthz"), "MCP")
         assert "Press Ctrl-C to stop." not in dev.output()  # dev still waits for the API
-        children = descendants(dev.process.pid)
-        code, took = stop_with_sigint(dev, whole_group=True)
+        children = descendants(dev.pid)
+        code, took = dev.interrupt(whole_group=True)
 
     assert code == 0, f"Ctrl-C while starting is a normal stop, not a failure:\n{dev.output()}"
-    assert took < STOP_TIMEOUT_SECONDS, f"stopping took {took:.1f}s"
+    assert took < STOPPED_WITHIN_SECONDS, f"stopping took {took:.1f}s"
     assert wait_gone(children) == [], f"left running: {still_running(children)}"

@@ -3,17 +3,12 @@ components are SIGKILLed, made to crash on every start, or kept from ever answer
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
 import sqlite3
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,117 +16,29 @@ import anyio
 import httpx
 import pytest
 
-from tests.support.approvals import approve, bearer
+from harness.approvals import approve, bearer
+from harness.dev import DevRun, children_of
+from harness.dev import draftgate_dev as dev_run
 from tests.support.mcp_client import connect
-from tests.support.servers import free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.full]
+pytestmark = pytest.mark.full
 
-DRAFTGATE = Path(sys.executable).parent / "draftgate"
 START_TIMEOUT_SECONDS = 180  # a liveness bound on a shared machine, not a speed claim
 BACK_WITHIN_SECONDS = 30
 SETTLED_WITHIN_SECONDS = 120
 
 
-# --- a private runner of `draftgate dev` (the shared stack builder will take this over) -------
-
-
-@dataclass
-class Dev:
-    process: subprocess.Popen[bytes]
-    state_dir: Path
-    api_url: str
-    mcp_url: str
-    log: Path
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def manifest(self) -> dict[str, Any]:
-        loaded: dict[str, Any] = json.loads((self.state_dir / "demo.json").read_text())
-        return loaded
-
-    def component_pid(self, name: str) -> int | None:
-        """The pid of dev's child running ``serve <name>``, if one runs now."""
-        for pid in children_of(self.process.pid):
-            if f"\0serve\0{name}\0" in cmdline(pid):
-                return pid
-        return None
-
-    def database(self) -> sqlite3.Connection:
-        uri = f"file:{self.state_dir / 'draftgate.db'}?mode=ro"
-        return sqlite3.connect(uri, uri=True, timeout=30)
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return "\0" + Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    except (FileNotFoundError, ProcessLookupError):
-        return ""
-
-
-def children_of(pid: int) -> list[int]:
-    """Live (not zombie) children of ``pid``, from /proc."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        state, parent = text[text.rindex(")") + 2 :].split()[:2]
-        if int(parent) == pid and state != "Z":
-            found.append(int(entry.name))
-    return found
-
-
-def wait_for(dev: Dev, condition: Callable[[], Any], what: str, seconds: float) -> Any:
-    deadline = time.monotonic() + seconds
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert dev.process.poll() is None, f"draftgate dev exited early:\n{dev.output()}"
-        assert time.monotonic() < deadline, f"no {what} after {seconds} s:\n{dev.output()}"
-        time.sleep(0.05)
+def wait_for(dev: DevRun, condition: Callable[[], Any], what: str, seconds: float) -> Any:
+    return dev.wait_for(condition, what, seconds)
 
 
 @contextmanager
-def draftgate_dev(tmp_path: Path, *args: str, announced: bool = True, **env: str) -> Iterator[Dev]:
-    """``draftgate dev`` on free ports and its own state dir, in a process group of its own;
-    ``env`` is added to a copy of the environment without DRAFTGATE_* variables."""
-    state_dir, log = tmp_path / "state", tmp_path / "dev.log"
-    api_port, mcp_port = free_port(), free_port()
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("DRAFTGATE_")}
-    environment.update(env)
-    command = [str(DRAFTGATE), "dev", "--state-dir", str(state_dir)]
-    command += ["--api-port", str(api_port), "--mcp-port", str(mcp_port), *args]
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            command,
-            env=environment,
-            cwd=tmp_path,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    dev = Dev(
-        process, state_dir, f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{mcp_port}/mcp", log
-    )
-    try:
-        if announced:
-            wait_for(
-                dev,
-                lambda: "Press Ctrl-C to stop." in dev.output(),
-                "announcement",
-                START_TIMEOUT_SECONDS,
-            )
+def draftgate_dev(
+    tmp_path: Path, *args: str, announced: bool = True, **env: str
+) -> Iterator[DevRun]:
+    """``draftgate dev`` in ``tmp_path`` (its state dir and log there), ready unless told not."""
+    with dev_run(tmp_path / "state", tmp_path / "dev.log", *args, ready=announced, **env) as dev:
         yield dev
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
 
 
 def with_sitecustomize(tmp_path: Path, code: str) -> str:
@@ -142,15 +49,14 @@ def with_sitecustomize(tmp_path: Path, code: str) -> str:
     return os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
 
 
-def stop(dev: Dev) -> int:
-    os.killpg(dev.process.pid, signal.SIGINT)
-    return dev.process.wait(timeout=60)
+def stop(dev: DevRun) -> int:
+    return dev.interrupt()[0]
 
 
 # --- the agent and the approver -----------------------------------------------------------------
 
 
-async def propose_refunds(dev: Dev, manifest: dict[str, Any], amounts: list[int]) -> list[str]:
+async def propose_refunds(dev: DevRun, manifest: dict[str, Any], amounts: list[int]) -> list[str]:
     drafts = []
     async with connect(dev.mcp_url, manifest["tokens"]["agent"]) as agent:
         for number, amount in enumerate(amounts):
@@ -168,7 +74,7 @@ async def propose_refunds(dev: Dev, manifest: dict[str, Any], amounts: list[int]
     return drafts
 
 
-def as_alice(dev: Dev, manifest: dict[str, Any], method: str, path: str, expect: int) -> Any:
+def as_alice(dev: DevRun, manifest: dict[str, Any], method: str, path: str, expect: int) -> Any:
     """The API's JSON answer to Alice's request, which must have status ``expect``."""
     answer = httpx.request(
         method,
@@ -180,7 +86,7 @@ def as_alice(dev: Dev, manifest: dict[str, Any], method: str, path: str, expect:
     return answer.json()
 
 
-def approve_and_execute(dev: Dev, manifest: dict[str, Any], draft_id: str) -> str:
+def approve_and_execute(dev: DevRun, manifest: dict[str, Any], draft_id: str) -> str:
     approved = approve(dev.api_url, manifest, draft_id, "alice")
     assert approved.status_code == 201, approved.text
     execution_id: str = as_alice(dev, manifest, "POST", f"/v1/drafts/{draft_id}/execute", 202)[
@@ -189,7 +95,7 @@ def approve_and_execute(dev: Dev, manifest: dict[str, Any], draft_id: str) -> st
     return execution_id
 
 
-def execution_status(dev: Dev, manifest: dict[str, Any], execution_id: str) -> str:
+def execution_status(dev: DevRun, manifest: dict[str, Any], execution_id: str) -> str:
     status: str = as_alice(dev, manifest, "GET", f"/v1/executions/{execution_id}", 200)["status"]
     return status
 
@@ -202,7 +108,7 @@ def refunds_of(db: sqlite3.Connection, draft_id: str) -> int:
     return count
 
 
-def applied_but_not_recorded(dev: Dev, draft_id: str) -> bool:
+def applied_but_not_recorded(dev: DevRun, draft_id: str) -> bool:
     """The shop made the refund, and the execution is still running: the window between the
     change and its record that DRAFTGATE_FAULT_PAUSE_AFTER_DOWNSTREAM_MS holds open."""
     with closing(dev.database()) as db:
@@ -213,12 +119,12 @@ def applied_but_not_recorded(dev: Dev, draft_id: str) -> bool:
     return bool(refunds == 1 and status == "running")
 
 
-def api_answers(dev: Dev, manifest: dict[str, Any]) -> None:
+def api_answers(dev: DevRun, manifest: dict[str, Any]) -> None:
     assert httpx.get(dev.api_url + "/healthz", timeout=10).status_code == 200
     as_alice(dev, manifest, "GET", "/v1/drafts", 200)
 
 
-def kill_worker(dev: Dev) -> int:
+def kill_worker(dev: DevRun) -> int:
     """SIGKILL the worker; return the pid of the one dev starts in its place."""
     killed = dev.component_pid("worker")
     assert killed is not None, dev.output()

@@ -32,7 +32,7 @@ from service.signing import (
     verify,
 )
 from tests.support import cli
-from tests.support.cli import both_backends
+from tests.support.backends import both_backends
 
 TENANT = "demo"
 

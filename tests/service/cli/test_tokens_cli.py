@@ -20,7 +20,7 @@ from service.principal import Role
 from service.tokens import actions as tokens
 from service.tokens.models import ApiToken
 from tests.support import cli
-from tests.support.cli import both_backends
+from tests.support.backends import both_backends
 
 TOKEN_SHAPE = re.compile(r"^dg_[A-Za-z0-9_-]{43}$")
 

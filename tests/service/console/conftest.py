@@ -13,12 +13,7 @@ from anyio.from_thread import start_blocking_portal
 from mcp_adapter.tools import ToolDoor
 from service.api.app import create_app
 from tests.service.console.console import CONSOLE_ORIGIN
-from tests.support.api_client import _PortalTransport, sqlite_unless_parametrised
-
-
-@pytest.fixture
-def db_url(request: pytest.FixtureRequest) -> str:
-    return sqlite_unless_parametrised(request)
+from tests.support.api_client import _PortalTransport
 
 
 @pytest.fixture

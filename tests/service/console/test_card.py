@@ -10,14 +10,14 @@ from typing import Any
 from sqlalchemy import update
 from sqlmodel import Session, col, select
 
+from harness.approvals import signed_decision
 from service.approvals.schemas import Decision
 from service.audit.models import AuditEvent
 from service.db import session_scope
 from service.drafts.models import Draft
 from tests.service.console.console import page, post_json, propose, signed_in
 from tests.service.console.dom import Element
-from tests.support.api_client import both_backends
-from tests.support.approvals import signed_decision
+from tests.support.backends import both_backends
 
 
 def draft_data(card: Element) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from service.principal import Role
 from service.tokens import actions as tokens
 from service.tracing import new_trace_id
 from tests.service.console.console import page, signed_in
-from tests.support.api_client import both_backends
+from tests.support.backends import both_backends
 from tests.support.core import approve_in_core
 
 

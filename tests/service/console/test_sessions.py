@@ -15,7 +15,7 @@ from service.sessions.models import ConsoleSession
 from service.sql import utcnow
 from service.tokens import actions as tokens
 from tests.service.console.console import SAME_ORIGIN, csrf_of, page, sign_in, signed_in
-from tests.support.api_client import both_backends
+from tests.support.backends import both_backends
 
 
 def cookie_parts(response: httpx.Response, name: str) -> list[str]:

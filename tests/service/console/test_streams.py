@@ -19,7 +19,8 @@ from service.executions import runner
 from service.sessions import errors
 from tests.service.console.console import page, post_json, propose, same_origin, signed_in
 from tests.service.console.test_card import decide_body, draft_data
-from tests.support.api_client import both_backends, served
+from tests.support.api_client import served
+from tests.support.backends import both_backends
 from tests.support.mcp_client import connect
 
 

@@ -50,7 +50,7 @@ def test_the_script_tag_carries_the_vendored_files_integrity(browser, demo):
     assert htmx.attrs["integrity"] == sri(served.content) == manifest()["htmx.min.js"]["integrity"]
 
 
-@pytest.mark.slow
+@pytest.mark.full  # the npm registry
 def test_npm_ci_of_the_lockfile_reproduces_the_vendored_bytes(tmp_path: Path):
     """npm ci checks the tarball against the lock's sha512; the file inside must be ours."""
     npm = shutil.which("npm")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import pytest
 from sqlalchemy import func
 from sqlmodel import select
 
@@ -21,12 +20,13 @@ from service.drafts.models import Draft, DraftRevision, IdempotencyKey
 from service.errors import DomainError
 from service.runtime import Runtime
 from service.tracing import new_trace_id
-from tests.support.mcp_helpers import BOTH_BACKENDS, module_host_fixtures
+from tests.support.backends import both_backends
+from tests.support.mcp_helpers import module_host_fixtures
 
-pytestmark = [pytest.mark.slow, BOTH_BACKENDS]
+pytestmark = [both_backends]
 
 # One runtime per backend for the module, its database emptied and the demo seeded per test.
-mcp_hosts, backend, module_host, demo, runtime, mcp_url = module_host_fixtures()
+mcp_hosts, module_host, demo, runtime, mcp_url = module_host_fixtures()
 
 
 def run_together(door: ToolDoor, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:

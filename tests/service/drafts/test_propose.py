@@ -4,7 +4,7 @@ Every call runs as a real tool call: its own transactions, its own audit records
 database. The module keeps one runtime per backend (tests/support/mcp_helpers.py); each test
 starts on its database emptied and the demo seeded again. Rendering, policy and refusal logic
 run on SQLite; what rests on the database (claims and unique constraints, rolled-back units,
-timestamps and expiry as stored, rows read back) runs on PostgreSQL too (``@BOTH_BACKENDS``).
+timestamps and expiry as stored, rows read back) runs on PostgreSQL too (``@both_backends``).
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ from service.shop.seed import DEMO_ORDERS
 from service.sql import utcnow
 from service.tokens import actions as tokens
 from service.tracing import new_trace_id
-from tests.support.mcp_helpers import BOTH_BACKENDS, module_host_fixtures
+from tests.support.backends import both_backends
+from tests.support.mcp_helpers import module_host_fixtures
 
-mcp_hosts, backend, module_host, demo, runtime, mcp_url = module_host_fixtures()
+mcp_hosts, module_host, demo, runtime, mcp_url = module_host_fixtures()
 
 DAY = timedelta(seconds=86_400)
 ORDER_NUMBERS = {seed.key: seed.number for seed in DEMO_ORDERS}
@@ -194,7 +195,7 @@ def assert_chain_ok(runtime) -> None:
 # --- creating a draft ---------------------------------------------------------------------
 
 
-@BOTH_BACKENDS
+@both_backends
 def test_proposal_creates_revision_one_with_the_business_params(runtime, door):
     trace_id = new_trace_id()
     view = call(door, "propose_refund", refund(idempotency_key="ticket-4711"), trace_id)
@@ -286,7 +287,7 @@ def test_summary_uses_the_currency_exponent(
     assert view["approvals"]["required"] == required
 
 
-@BOTH_BACKENDS
+@both_backends
 def test_expires_at_is_created_at_plus_the_policy_ttl(runtime, door):
     view = call(door, "propose_refund", refund())
     draft = draft_row(runtime, view["draft_id"])
@@ -329,7 +330,7 @@ def test_draft_ttl_follows_the_configured_policy(demo_policies_runtime):
     assert view["approvals"]["required"] == 3
 
 
-@BOTH_BACKENDS
+@both_backends
 def test_idempotency_key_is_kept_for_the_retention_period(runtime, door):
     call(door, "propose_refund", refund(idempotency_key="keep-me"))
     (key,) = key_rows(runtime)
@@ -337,7 +338,7 @@ def test_idempotency_key_is_kept_for_the_retention_period(runtime, door):
     assert key.expires_at - key.created_at >= DAY
 
 
-@BOTH_BACKENDS
+@both_backends
 def test_proposal_is_audited_in_the_same_unit(runtime, door):
     trace_id = new_trace_id()
     view = call(door, "propose_refund", refund(amount_minor=78_500), trace_id)
@@ -384,7 +385,7 @@ def test_address_change_shows_the_agent_masked_params_but_hashes_the_real_ones(r
     assert "Downing" not in repr(called.data)
 
 
-@BOTH_BACKENDS
+@both_backends
 def test_invalid_arguments_write_nothing_but_the_refusal(runtime, door):
     before = counts(runtime)
     error = refusal(
@@ -397,7 +398,7 @@ def test_invalid_arguments_write_nothing_but_the_refusal(runtime, door):
     assert after == {**before, "audit_events": before["audit_events"] + 1}
 
 
-@BOTH_BACKENDS
+@both_backends
 def test_a_business_refusal_does_not_burn_the_key(runtime, door):
     before = counts(runtime)
     error = refusal(door, "propose_refund", refund(amount_minor=78_501, idempotency_key="k-1"))
@@ -413,7 +414,7 @@ def test_a_business_refusal_does_not_burn_the_key(runtime, door):
 # --- idempotency --------------------------------------------------------------------------
 
 
-@BOTH_BACKENDS
+@both_backends
 def test_same_key_and_params_return_the_same_draft(runtime, door):
     first = call(door, "propose_refund", refund(idempotency_key="retry-me"))
     before = counts(runtime)
@@ -447,7 +448,7 @@ def test_replay_does_not_depend_on_the_order_of_keys(runtime, door):
     assert second["replayed"] is True
 
 
-@BOTH_BACKENDS
+@both_backends
 @pytest.mark.parametrize(
     "changed",
     [
@@ -475,7 +476,7 @@ def test_same_key_with_different_params_is_refused_and_writes_nothing(runtime, d
     assert draft.params_sha256 == first["params_sha256"]
 
 
-@BOTH_BACKENDS
+@both_backends
 def test_keys_are_scoped_per_action(runtime, door):
     refund_view = call(door, "propose_refund", refund(idempotency_key="shared"))
     cancel_view = call(
@@ -501,7 +502,7 @@ def test_keys_are_scoped_per_action(runtime, door):
     )
 
 
-@BOTH_BACKENDS
+@both_backends
 def test_keys_are_scoped_per_agent(runtime, door):
     first = call(door, "propose_refund", refund(idempotency_key="agent-scoped"))
     second_agent = ToolDoor(runtime, stdio_token=issue_agent_token(runtime, "bot-2", "cust-ada"))
@@ -514,7 +515,7 @@ def test_keys_are_scoped_per_agent(runtime, door):
     assert len(key_rows(runtime)) == 2
 
 
-@BOTH_BACKENDS
+@both_backends
 def test_a_key_replay_never_returns_another_customers_draft(runtime, door, other_door):
     """The same agent acting for another end user must not read cust-ada's draft via a key."""
     ada = call(door, "propose_refund", refund(amount_minor=78_500, idempotency_key="k-42"))
@@ -529,7 +530,7 @@ def test_a_key_replay_never_returns_another_customers_draft(runtime, door, other
     assert outcome.category is Category.UNAVAILABLE
 
 
-@BOTH_BACKENDS
+@both_backends
 def test_one_customers_key_does_not_block_another_customers_proposal(runtime, door, other_door):
     """A key used for cust-ada must neither block nor be revealed to cust-grace's session."""
     call(door, "propose_refund", refund(idempotency_key="ticket-1"))
@@ -542,7 +543,7 @@ def test_one_customers_key_does_not_block_another_customers_proposal(runtime, do
     assert grace["summary"].startswith("Refund 9.99 USD on order ORD-2001")
 
 
-@BOTH_BACKENDS
+@both_backends
 def test_no_key_and_an_identical_open_proposal_returns_that_draft(runtime, door):
     first = call(door, "propose_refund", refund())
     before = counts(runtime)
@@ -560,7 +561,7 @@ def test_no_key_and_an_identical_open_proposal_returns_that_draft(runtime, door)
     assert third["replayed"] is False
 
 
-@BOTH_BACKENDS
+@both_backends
 def test_a_new_key_for_an_identical_open_proposal_points_at_that_draft(runtime, door):
     first = call(door, "propose_refund", refund())
     second = call(door, "propose_refund", refund(idempotency_key="late-key"))
@@ -573,7 +574,7 @@ def test_a_new_key_for_an_identical_open_proposal_points_at_that_draft(runtime, 
     assert counts(runtime)["drafts"] == 1
 
 
-@BOTH_BACKENDS
+@both_backends
 def test_an_identical_proposal_after_a_draft_expired_creates_a_new_draft(runtime, door):
     first = call(door, "propose_refund", refund())
     expire_draft(runtime, first["draft_id"])
@@ -584,7 +585,7 @@ def test_an_identical_proposal_after_a_draft_expired_creates_a_new_draft(runtime
     assert draft_row(runtime, first["draft_id"]).open_dedupe_key is None
 
 
-@BOTH_BACKENDS
+@both_backends
 def test_an_expired_key_can_be_reused_for_new_params(runtime, door):
     first = call(door, "propose_refund", refund(idempotency_key="old-key"))
     with session_scope(runtime.engine) as session:
@@ -604,7 +605,7 @@ def test_an_expired_key_can_be_reused_for_new_params(runtime, door):
     assert (third["draft_id"], third["replayed"]) == (second["draft_id"], True)
 
 
-@BOTH_BACKENDS
+@both_backends
 def test_a_key_replay_reports_an_expired_draft_as_expired(runtime, door):
     """Expiry is enforced on every read (docs/decisions/expiry-enforced-on-every-touch.md),
     replays included."""
@@ -618,7 +619,7 @@ def test_a_key_replay_reports_an_expired_draft_as_expired(runtime, door):
 # --- revisions ----------------------------------------------------------------------------
 
 
-@BOTH_BACKENDS
+@both_backends
 def test_revising_creates_revision_two_with_a_new_digest(runtime, door):
     first = call(door, "propose_refund", refund(amount_minor=2_500))
     revised = call(door, "propose_refund", refund(amount_minor=60_000, draft_id=first["draft_id"]))
@@ -656,7 +657,7 @@ def test_revising_creates_revision_two_with_a_new_digest(runtime, door):
     assert status["params_sha256"] == revised["params_sha256"]
 
 
-@BOTH_BACKENDS
+@both_backends
 def test_a_retried_revision_with_its_own_key_is_replayed(runtime, door):
     first = call(door, "propose_refund", refund(idempotency_key="create"))
     revise = refund(amount_minor=2_600, draft_id=first["draft_id"], idempotency_key="revise-1")
@@ -675,7 +676,7 @@ def test_a_retried_revision_with_its_own_key_is_replayed(runtime, door):
     }
 
 
-@BOTH_BACKENDS
+@both_backends
 def test_the_creation_key_cannot_be_reused_for_a_revision(runtime, door):
     first = call(door, "propose_refund", refund(idempotency_key="create"))
     error = refusal(
@@ -687,7 +688,7 @@ def test_the_creation_key_cannot_be_reused_for_a_revision(runtime, door):
     assert draft_row(runtime, first["draft_id"]).revision == 1
 
 
-@BOTH_BACKENDS
+@both_backends
 def test_each_revision_gets_its_own_row(runtime, door):
     view = call(door, "propose_refund", refund(amount_minor=1_000))
     for amount in (1_100, 1_200, 1_300):
@@ -703,7 +704,7 @@ def test_each_revision_gets_its_own_row(runtime, door):
     assert len({row.params_sha256 for row in rows}) == 4
 
 
-@BOTH_BACKENDS
+@both_backends
 def test_revising_restarts_the_ttl(runtime, door):
     first = call(door, "propose_refund", refund())
     before = draft_row(runtime, first["draft_id"])
@@ -714,7 +715,7 @@ def test_revising_restarts_the_ttl(runtime, door):
     assert after.created_at == before.created_at
 
 
-@BOTH_BACKENDS
+@both_backends
 def test_earlier_approvals_no_longer_count_after_a_revision(runtime, demo, door):
     first = call(door, "propose_refund", refund(amount_minor=78_500))
     approve_as(runtime, demo, first["draft_id"], "alice")
@@ -801,7 +802,7 @@ def test_another_agent_for_the_same_customer_cannot_revise(runtime, door):
     assert error.code == "DRAFT_UNAVAILABLE"
 
 
-@BOTH_BACKENDS
+@both_backends
 def test_revising_an_expired_draft_is_refused(runtime, door):
     first = call(door, "propose_refund", refund())
     expire_draft(runtime, first["draft_id"])
@@ -818,7 +819,7 @@ def test_revising_an_expired_draft_is_refused(runtime, door):
     assert draft_row(runtime, first["draft_id"]).revision == 1
 
 
-@BOTH_BACKENDS
+@both_backends
 def test_an_expired_draft_is_reported_expired_and_cannot_be_revised(runtime, door):
     first = call(door, "propose_refund", refund())
     expire_draft(runtime, first["draft_id"])
@@ -843,7 +844,7 @@ def test_only_a_proposed_draft_can_be_revised(runtime, door, status):
     assert status in error.message
 
 
-@BOTH_BACKENDS
+@both_backends
 def test_revising_into_another_open_drafts_params_is_refused(runtime, door):
     first = call(door, "propose_refund", refund(amount_minor=1_000))
     second = call(door, "propose_refund", refund(amount_minor=2_000))

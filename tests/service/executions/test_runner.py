@@ -30,7 +30,11 @@ from service.runtime import Runtime
 from service.shop.models import Order, Refund
 from service.sql import utcnow
 from service.tracing import new_trace_id
+from tests.support.backends import both_backends, postgresql_only
 from tests.support.core import approve_in_core, request_execution_in_core
+
+# Leases, claims and races are the database's: every test on both backends.
+pytestmark = both_backends
 
 ORDER = "ORD-1004"  # delivered 3 days ago, total 785.00 USD
 SMALL = 2_500  # 25.00 USD: one approver
@@ -149,6 +153,44 @@ def claim_and_die(runtime: Runtime, execution_id: str, *, after_downstream: bool
     assert isinstance(claim, runner.Claim), claim
     if after_downstream:
         runner._apply(runtime, claim)
+
+
+# --- the shop's other writes ---------------------------------------------------------------
+
+NEW_ADDRESS = {
+    "recipient": "Ada King",
+    "lines": ["1 Example Row"],
+    "district": "Marylebone",
+    "city": "London",
+    "postal_code": "NW1 6XE",
+    "country": "GB",
+}
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "table"),
+    [
+        ("propose_cancel_order", {"reason": "customer_request"}, "shop_cancellations"),
+        ("propose_change_shipping_address", {"address": NEW_ADDRESS}, "shop_address_changes"),
+    ],
+    ids=["cancel", "address"],
+)
+def test_a_cancellation_and_an_address_change_are_made_once_under_their_key(
+    runtime, demo, door, tool, arguments, table
+):
+    """Each write looks up its idempotency key before it changes the order (the lookup and
+    the locked order row are repository queries of their own, on both backends)."""
+    order = demo["orders"]["paid"]
+    proposed = door.call(tool, {"order_id": order, **arguments}, new_trace_id(), None)
+    approve(runtime, demo, proposed["draft_id"], "alice")
+    execution_id = request_execution(runtime, demo, proposed["draft_id"])
+
+    for _ in range(2):  # a redelivery finds it finished
+        assert runner.run_execution(runtime, execution_id) == runner.RunResult("succeeded")
+
+    with session_scope(runtime.engine) as session:
+        made = session.execute(text(f"SELECT idempotency_key FROM {table}")).scalars().all()
+    assert made == [f"{proposed['draft_id']}:1"]
 
 
 # --- a finished execution -----------------------------------------------------------------
@@ -349,7 +391,7 @@ def test_racing_runs_of_one_execution_make_one_refund(runtime, demo, door, count
     assert chain_ok(runtime)
 
 
-@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)  # SQLite serialises it away
+@postgresql_only  # SQLite serialises it away
 @pytest.mark.parametrize("settings_overrides", [{"execution_lease_seconds": 1}])
 def test_a_takeover_racing_a_slow_worker_records_the_refund_it_made(runtime, demo, door):
     """BUG (PostgreSQL): a worker whose lease expired while it waited on the downstream is

@@ -17,8 +17,9 @@ from service.audit.models import AuditEvent
 from service.keys.models import ApproverKey
 from service.signing import generate_private_key, key_id_for, public_key_b64
 from service.tokens.models import ApiToken
-from tests.support.api_client import bearer, both_backends, in_process, sqlite_unless_parametrised
+from tests.support.api_client import bearer, in_process
 from tests.support.authenticator import SoftwareAuthenticator, enrol_passkey
+from tests.support.backends import both_backends
 
 ORIGIN = "http://localhost:8000"
 PROBLEM_JSON = "application/problem+json"
@@ -47,11 +48,6 @@ ROUTES = [
     ("POST", "/v1/admin/tokens", {"subject": "mallory", "role": "admin"}, "admin.token_issue"),
     ("POST", f"/v1/admin/tokens/{TOKEN}/revoke", None, "admin.token_revoke"),
 ]
-
-
-@pytest.fixture
-def db_url(request: pytest.FixtureRequest) -> str:
-    return sqlite_unless_parametrised(request)
 
 
 @pytest.fixture

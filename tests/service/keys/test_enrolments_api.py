@@ -24,17 +24,13 @@ from service.principal import Role
 from service.signing import b64url, generate_private_key, public_key_b64
 from service.sql import utcnow
 from service.tokens import actions as tokens
-from tests.support.api_client import bearer, both_backends, in_process, sqlite_unless_parametrised
+from tests.support.api_client import bearer, in_process
 from tests.support.authenticator import SoftwareAuthenticator
+from tests.support.backends import both_backends
 
 RP_ID = "localhost"
 ORIGIN = "http://localhost:8000"
 PROBLEM_JSON = "application/problem+json"
-
-
-@pytest.fixture
-def db_url(request: pytest.FixtureRequest) -> str:
-    return sqlite_unless_parametrised(request)
 
 
 @pytest.fixture

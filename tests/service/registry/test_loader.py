@@ -15,6 +15,7 @@ import pytest
 from pydantic import BaseModel, Field
 from sqlmodel import Session, select
 
+from harness.servers import free_port
 from mcp_adapter.tools import ToolDoor, mcp_tools
 from service.audit.models import AuditEvent
 from service.config import Settings
@@ -30,7 +31,6 @@ from service.tokens import actions as tokens
 from service.toolcalls.actions import catalog
 from service.tracing import new_trace_id
 from service.validation import StrictInput
-from tests.support.servers import free_port
 
 BUNDLED = "service.shop.definitions"
 DRAFTGATE = Path(sys.executable).parent / "draftgate"
@@ -309,7 +309,7 @@ def test_build_runtime_refuses_actions_without_a_kind(write_module, tmp_path):
     assert "wipe_without_kind" in str(caught.value)
 
 
-@pytest.mark.slow
+@pytest.mark.full  # a draftgate serve process
 def test_the_mcp_server_refuses_to_start_with_undeclared_actions(write_module, tmp_path):
     module = write_module(UNDECLARED_MODULE)
     env = {key: value for key, value in os.environ.items() if not key.startswith("DRAFTGATE_")}

@@ -22,8 +22,12 @@ from service.errors import DomainError
 from service.principal import Principal, Role
 from service.tokens import actions as tokens
 from service.tokens.authentication import authenticate_presented
+from tests.support.backends import both_backends, sqlite_only
 
-on_sqlite = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+# Resolving a token is a repository query: both backends (the on_sqlite ones aside).
+pytestmark = both_backends
+
+on_sqlite = sqlite_only
 
 
 def issue(runtime) -> tokens.IssuedToken:

@@ -19,6 +19,8 @@ from typing import Any
 
 from standardwebhooks import Webhook, WebhookVerificationError
 
+from harness.servers import free_port
+
 
 @dataclass
 class Arrival:
@@ -121,9 +123,4 @@ def _handler_placeholder() -> type[BaseHTTPRequestHandler]:
 
 def refused_url() -> str:
     """A loopback URL nothing listens on (connection refused at once)."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}/hooks"
+    return f"http://127.0.0.1:{free_port()}/hooks"

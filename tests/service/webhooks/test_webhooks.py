@@ -3,7 +3,9 @@
 Admin routes run in-process (ASGI); deliveries are made by the core's own ``deliver`` (what
 the worker task calls) over real HTTP to a real server that verifies every signature with
 ``standardwebhooks``. The worker and beat wiring is proven in
-tests/workers/test_webhook_delivery.py. Every test runs on SQLite and on PostgreSQL.
+tests/workers/test_webhook_delivery.py. Every test runs on SQLite; those where the database
+decides (endpoints and deliveries stored, claimed under a lease, published after commit,
+scoped by tenant, read back for a trace) on PostgreSQL too (``both_backends``).
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ from service.tracing import new_trace_id
 from service.webhooks import crypto
 from service.webhooks.delivery import deliver
 from service.webhooks.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
+from service.webhooks.outbox import publish_due
 from service.webhooks.schemas import DELIVER_TASK, EVENT_TYPES, WEBHOOK_EVENT_FOR
 from tests.service.webhooks.receiver import receiving, refused_url
 from tests.support.api_client import bearer, in_process
+from tests.support.backends import both_backends
 from tests.support.core import approve_in_core, request_execution_in_core
 
 ORDER = "ORD-1004"
@@ -167,6 +171,7 @@ def full_flow(runtime, demo) -> tuple[str, str]:
 # --- the admin routes ----------------------------------------------------------------------
 
 
+@both_backends
 def test_an_admin_adds_an_endpoint_and_is_shown_its_secret_once(api, runtime, demo):
     created = add_endpoint(api, demo, "https://hooks.example/T0/B0/sekret-path?token=abc")
 
@@ -271,6 +276,7 @@ def test_only_admins_manage_webhooks_and_every_refusal_is_audited(api, runtime, 
     assert {e.data["error"]["code"] for e in refused} == {"PERMISSION_DENIED"}
 
 
+@both_backends
 def test_remove_stops_deliveries_and_an_unknown_id_is_unavailable(api, runtime, demo):
     with receiving() as receiver:
         endpoint = add_endpoint(api, demo, receiver.url)
@@ -299,6 +305,7 @@ def test_remove_stops_deliveries_and_an_unknown_id_is_unavailable(api, runtime, 
 # --- delivery: the flow's events, signed, once each ----------------------------------------
 
 
+@both_backends
 def test_each_event_of_a_flow_creates_its_delivery_in_the_same_transaction(api, runtime, demo):
     add_endpoint(api, demo, "https://hooks.example/x")
 
@@ -311,6 +318,24 @@ def test_each_event_of_a_flow_creates_its_delivery_in_the_same_transaction(api, 
     assert delivery.occurred_at == proposed.at
 
 
+@both_backends
+def test_the_sweep_publishes_a_pending_delivery_once_until_its_republish_time(api, runtime, demo):
+    """What beat's ``publish_due`` selects is a timestamp comparison in SQL (republish_at
+    against now), which each backend stores in its own way."""
+    add_endpoint(api, demo, "https://hooks.example/x")
+    propose(runtime, demo)
+    (delivery,) = deliveries(runtime)
+    sent: list[tuple[str, list[str]]] = []
+
+    def publish(task: str, args: list[str]) -> None:
+        sent.append((task, args))
+
+    assert publish_due(runtime.engine, publish, republish_after=60) == 1
+    assert publish_due(runtime.engine, publish, republish_after=60) == 0  # not due again yet
+    assert [args for _, args in sent] == [[delivery.id]]
+
+
+@both_backends
 def test_a_flow_reaches_a_real_receiver_signed_once_per_event_without_pii(api, runtime, demo):
     with receiving(["fail", "ok"]) as receiver:  # the first attempt fails: one retry
         endpoint = add_endpoint(api, demo, receiver.url)
@@ -375,12 +400,12 @@ def test_a_revision_is_announced_as_proposed_and_a_rejection_as_rejected(api, ru
 
 
 def _reject(runtime, demo, draft_id: str) -> None:
+    from harness.approvals import signed_decision
     from service.approvals import actions as approvals
     from service.approvals.schemas import ApprovalRequest, Decision
     from service.drafts import repository as drafts_repository
     from service.tokens import actions as tokens
     from service.validation import parse
-    from tests.support.approvals import signed_decision
 
     with session_scope(runtime.engine) as session:
         principal = tokens.authenticate(session, demo["tokens"]["approver_alice"])
@@ -435,6 +460,7 @@ def test_delivery_outcomes_are_audited_and_never_announced_themselves(api, runti
 # --- failing, slow and misbehaving receivers ------------------------------------------------
 
 
+@both_backends
 def test_a_failing_receiver_is_retried_with_backoff_then_marked_failed(api, runtime, demo):
     with receiving("fail") as receiver:
         endpoint = add_endpoint(api, demo, receiver.url, ["draft.proposed"])
@@ -531,6 +557,7 @@ def test_a_secret_that_no_longer_opens_fails_the_delivery_clearly(api, runtime, 
     assert failed.last_error == "the secret does not open with this server's secret key"
 
 
+@both_backends
 def test_a_worker_that_died_mid_attempt_is_taken_over_after_its_lease(api, runtime, demo):
     with receiving() as receiver:
         endpoint = add_endpoint(api, demo, receiver.url, ["draft.proposed"])
@@ -563,6 +590,7 @@ def test_a_worker_that_died_mid_attempt_is_taken_over_after_its_lease(api, runti
 # --- the test ping, and secrets kept out of logs --------------------------------------------
 
 
+@both_backends
 def test_a_test_ping_is_published_after_commit_and_delivered_signed(api, runtime, demo, published):
     with receiving() as receiver:
         endpoint = add_endpoint(api, demo, receiver.url)
@@ -611,6 +639,7 @@ def test_the_secret_never_reaches_logs_or_audit_data(api, runtime, demo, caplog)
     assert raw not in log.text
 
 
+@both_backends
 def test_another_tenants_admin_neither_sees_nor_touches_an_endpoint(api, runtime, demo):
     from service.principal import Role
     from service.tokens import actions as tokens
@@ -638,6 +667,7 @@ def test_another_tenants_admin_neither_sees_nor_touches_an_endpoint(api, runtime
     assert (delivery.tenant, delivery.endpoint_id) == ("demo", endpoint["endpoint_id"])
 
 
+@both_backends
 def test_a_trace_with_failed_deliveries_still_reads(api, runtime, demo):
     from service.drafts.models import Draft
 
