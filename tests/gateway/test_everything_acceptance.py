@@ -59,7 +59,7 @@ def stack_settings(
 ) -> Settings:
     # The naming rule does not depend on the backend: the embedded stack (SQLite and kombu's
     # SQLite broker, a real Celery worker process) is enough.
-    settings: Settings = stack_hosts.settings("embedded", settings_overrides, request)
+    settings: Settings = stack_hosts.settings("sqlite", settings_overrides, request)
     return settings
 
 
