@@ -246,8 +246,14 @@ def _tidy(node: Any, definitions: dict[str, Any], *, strict_input: bool) -> Any:
         if key != "title" or not isinstance(value, str)
     }
     if strict_input:
-        if result.get("default", ...) is None:
-            del result["default"]  # null is omission, not a value to default to
+        # No published defaults: strict conversion (OpenAI's) keeps "default" beside a field
+        # it makes required, and models copy it. The server applies its own default; the
+        # description says what it is. (null is omission, not a value to default to.)
+        default = result.pop("default", None)
+        if default is not None:
+            shown, described = json.dumps(default), result.get("description", "")
+            if f"Default: {shown}" not in described:
+                result["description"] = f"{described} Default: {shown}.".lstrip()
         if result.get("type") == "object" and "properties" in result:
             result.setdefault("additionalProperties", False)
             required = set(result.get("required", []))

@@ -15,11 +15,25 @@ from sqlmodel import Session
 from service.approvals import progress
 from service.audit import actions as audit
 from service.canonical import canonical_json, params_sha256, sha256_hex
+from service.cursors import CursorCodec
 from service.drafts import errors, repository, state
-from service.drafts.models import Draft, DraftRevision, DraftStatus, IdempotencyKey
+from service.drafts.models import (
+    FINAL_STATUSES,
+    Draft,
+    DraftRevision,
+    DraftStatus,
+    IdempotencyKey,
+)
 from service.drafts.policy import applied_policy
-from service.drafts.schemas import AgentDraftView, agent_view
+from service.drafts.schemas import (
+    AgentDraftListing,
+    AgentDraftPage,
+    AgentDraftView,
+    agent_view,
+    draft_uri,
+)
 from service.drafts.state import expire_if_due, reason_at, status_at
+from service.errors import invalid_argument
 from service.executions import repository as executions
 from service.policies.schemas import AppliedPolicy, PolicyConfig
 from service.principal import Principal, Role
@@ -264,12 +278,100 @@ def get_for_agent(
     *,
     policies: dict[str, PolicyConfig],
 ) -> AgentDraftView:
-    """A draft proposed for the same end user as the caller's; anything else is unavailable."""
-    draft = repository.get(ctx.session, ctx.principal.tenant, draft_id)
-    if draft is None or not _proposed_for_same_user(draft, ctx.principal):
-        raise errors.draft_unavailable()
+    """A draft the caller proposed (same agent, same end user); anything else is unavailable,
+    exactly like an id that does not exist."""
+    draft = _own_draft(ctx, draft_id)
     rules = progress.Rules(writes, policies, ctx.settings)
     return view(ctx.session, writes.get(draft.action), draft, rules=rules, now=ctx.now)
+
+
+AGENT_PAGE_CURSOR = "agent-drafts"
+
+
+def unfinished_for_agent(
+    ctx: ActionContext, cursors: CursorCodec, *, cursor: str | None, limit: int
+) -> AgentDraftPage:
+    """The caller's own drafts that have not ended yet, newest first, a page at a time."""
+    ctx.principal.require(Role.AGENT)
+    after = None
+    if cursor is not None:
+        position = cursors.decode(AGENT_PAGE_CURSOR, cursor)
+        try:
+            created_at, last_id = position
+            after = (datetime.fromisoformat(created_at), str(last_id))
+        except (TypeError, ValueError):  # pragma: no cover - the MAC says we wrote it
+            raise invalid_argument("The cursor is not one this server returned.") from None
+    rows = repository.unfinished_page(
+        ctx.session,
+        ctx.principal.tenant,
+        proposed_by=ctx.principal.subject,
+        on_behalf_of=ctx.principal.on_behalf_of,
+        after=after,
+        limit=limit + 1,
+        now=ctx.now,
+    )
+    more, rows = len(rows) > limit, rows[:limit]
+    return AgentDraftPage(
+        drafts=[
+            AgentDraftListing(
+                draft_id=draft.id,
+                resource_uri=draft_uri(draft.id),
+                action=draft.action,
+                status=status_at(draft, ctx.now),
+                revision=draft.revision,
+                summary=draft.summary,
+                created_at=draft.created_at,
+            )
+            for draft in rows
+        ],
+        next_cursor=cursors.encode(
+            AGENT_PAGE_CURSOR, [rows[-1].created_at.isoformat(), rows[-1].id]
+        )
+        if more
+        else None,
+    )
+
+
+def withdraw(
+    ctx: ActionContext,
+    writes: Mapping[str, WriteAction],
+    draft_id: str,
+    *,
+    revision: int | None = None,
+    policies: dict[str, PolicyConfig],
+) -> AgentDraftView:
+    """The proposer takes back a draft nobody has approved yet (MCP ``tasks/cancel``).
+
+    A draft that already ended stays as it ended (withdrawing it again changes nothing), and
+    so does one revised past ``revision`` (the caller meant an earlier one); one a quorum
+    approved is refused with the reason: only an approver can stop it now."""
+    draft = _own_draft(ctx, draft_id, for_update=True)  # an approval may race it
+    current = revision is None or revision == draft.revision
+    if current and not expire_if_due(ctx.session, draft, now=ctx.now):
+        if draft.status is DraftStatus.PROPOSED:
+            state.transition(
+                ctx.session,
+                draft,
+                DraftStatus.WITHDRAWN,
+                now=ctx.now,
+                actor=ctx.principal.actor,
+                trace_id=ctx.trace_id,
+                reason="its proposer withdrew it before it was approved",
+            )
+        elif draft.status not in FINAL_STATUSES:
+            raise errors.draft_not_withdrawable(draft.id, draft.status.value)
+    rules = progress.Rules(writes, policies, ctx.settings)
+    return view(ctx.session, writes.get(draft.action), draft, rules=rules, now=ctx.now)
+
+
+def _own_draft(ctx: ActionContext, draft_id: str, *, for_update: bool = False) -> Draft:
+    """The caller's own draft, or DRAFT_UNAVAILABLE (another tenant's, agent's or end user's
+    draft answers exactly like one that does not exist)."""
+    ctx.principal.require(Role.AGENT)
+    draft = repository.get(ctx.session, ctx.principal.tenant, draft_id, for_update=for_update)
+    if draft is None or not _proposed_by(draft, ctx.principal):
+        raise errors.draft_unavailable()
+    return draft
 
 
 def view(
@@ -309,7 +411,3 @@ def masked_params(action: WriteAction | None, params: dict[str, Any]) -> dict[st
 
 def _proposed_by(draft: Draft, principal: Principal) -> bool:
     return draft.proposed_by == principal.subject and draft.on_behalf_of == principal.on_behalf_of
-
-
-def _proposed_for_same_user(draft: Draft, principal: Principal) -> bool:
-    return draft.on_behalf_of == principal.on_behalf_of

@@ -40,6 +40,15 @@ DUPLICATE_OPEN_DRAFT = ErrorCode(
 )
 
 
+DRAFT_NOT_WITHDRAWABLE = ErrorCode(
+    "DRAFT_NOT_WITHDRAWABLE",
+    Category.PRECONDITION_FAILED,
+    "Only a draft still waiting for approval can be withdrawn: once a quorum of humans approved "
+    "it, only an approver can stop it (by rejecting it before it runs).",
+    "Tell the user it was already approved; ask an approver to reject it if it must not run.",
+)
+
+
 def draft_unavailable() -> DomainError:
     return DRAFT_UNAVAILABLE("No draft with that id is available to you.")
 
@@ -59,6 +68,14 @@ def draft_action_mismatch(draft_id: str, action: str) -> DomainError:
 def draft_not_revisable(draft_id: str, status: str) -> DomainError:
     return DRAFT_NOT_REVISABLE(
         f"Draft {draft_id} is {status}; only a draft still waiting for approval can be revised."
+    )
+
+
+def draft_not_withdrawable(draft_id: str, status: str) -> DomainError:
+    return DRAFT_NOT_WITHDRAWABLE(
+        f"Draft {draft_id} is {status}: a human already approved it, so it can no longer be "
+        "withdrawn; only an approver can stop it now, by rejecting it before it runs.",
+        details={"draft_id": draft_id, "status": status},
     )
 
 

@@ -21,12 +21,19 @@ class DraftStatus(StrEnum):
     FAILED = "failed"
     REJECTED = "rejected"
     EXPIRED = "expired"
+    WITHDRAWN = "withdrawn"  # its proposer took it back before anyone approved it
 
 
 # Drafts that may still change the world: an identical proposal returns them.
 OPEN_STATUSES = frozenset({DraftStatus.PROPOSED, DraftStatus.APPROVED})
 FINAL_STATUSES = frozenset(
-    {DraftStatus.SUCCEEDED, DraftStatus.FAILED, DraftStatus.REJECTED, DraftStatus.EXPIRED}
+    {
+        DraftStatus.SUCCEEDED,
+        DraftStatus.FAILED,
+        DraftStatus.REJECTED,
+        DraftStatus.EXPIRED,
+        DraftStatus.WITHDRAWN,
+    }
 )
 
 

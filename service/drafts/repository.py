@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import delete
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from service.drafts.models import (
+    FINAL_STATUSES,
     OPEN_STATUSES,
     Draft,
     DraftRevision,
@@ -130,6 +132,38 @@ def page(
             statement = statement.where(col(Draft.expires_at) > now)
     if action is not None:
         statement = statement.where(col(Draft.action) == action)
+    return _newest_first(session, statement, after=after, limit=limit)
+
+
+def unfinished_page(
+    session: Session,
+    tenant: str,
+    *,
+    proposed_by: str,
+    on_behalf_of: str | None,
+    after: tuple[datetime, str] | None,
+    limit: int,
+    now: datetime,
+) -> list[Draft]:
+    """One agent's drafts for one end user that have not ended yet (open and not past their
+    time, or queued or running), newest first like ``page``."""
+    unfinished = [s.value for s in DraftStatus if s not in FINAL_STATUSES]
+    statement = select(Draft).where(
+        col(Draft.tenant) == tenant,
+        col(Draft.proposed_by) == proposed_by,
+        col(Draft.on_behalf_of) == on_behalf_of
+        if on_behalf_of is not None
+        else col(Draft.on_behalf_of).is_(None),
+        col(Draft.status).in_(unfinished),
+        ~(col(Draft.status).in_([s.value for s in OPEN_STATUSES]) & (col(Draft.expires_at) <= now)),
+    )
+    return _newest_first(session, statement, after=after, limit=limit)
+
+
+def _newest_first(
+    session: Session, statement: Any, *, after: tuple[datetime, str] | None, limit: int
+) -> list[Draft]:
+    """Keyset pagination on (created_at, id), newest first: pages stay stable under inserts."""
     if after is not None:
         created_at, draft_id = after
         statement = statement.where(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
@@ -14,6 +15,31 @@ from service.executions.models import ExecutionStatus
 from service.money import AmountView
 
 DRAFT_ID_PATTERN = r"^dft_[0-9a-f]{32}$"
+# A draft as an MCP resource (and the id of its task): one spelling, parsed back here only.
+DRAFT_URI_PREFIX = "draftgate://drafts/"
+DRAFT_URI_TEMPLATE = DRAFT_URI_PREFIX + "{draft_id}"
+
+
+def draft_uri(draft_id: str) -> str:
+    return DRAFT_URI_PREFIX + draft_id
+
+
+def draft_id_of_uri(uri: str) -> str | None:
+    """The draft id a ``draftgate://drafts/<id>`` URI names, or None for any other text."""
+    if not uri.startswith(DRAFT_URI_PREFIX):
+        return None
+    draft_id = uri.removeprefix(DRAFT_URI_PREFIX)
+    return draft_id if re.fullmatch(DRAFT_ID_PATTERN, draft_id) else None
+
+
+# How long an agent should wait before looking again, by status: a human takes minutes to
+# decide; an execution takes seconds. Final statuses have nothing to wait for.
+POLL_AFTER_SECONDS = {
+    DraftStatus.PROPOSED: 30,
+    DraftStatus.APPROVED: 10,
+    DraftStatus.QUEUED: 2,
+    DraftStatus.RUNNING: 2,
+}
 
 
 class ApprovalProgress(BaseModel):
@@ -81,6 +107,7 @@ class AgentDraftView(BaseModel):
     risk: str
     approvals: ApprovalProgress
     created_at: datetime
+    updated_at: datetime = Field(description="When its status or revision last changed.")
     expires_at: datetime
     replayed: bool = Field(
         default=False,
@@ -94,6 +121,15 @@ class AgentDraftView(BaseModel):
     )
     message: str = Field(description="What happened, in words to relay to the user.")
     next_action: str = Field(description="What the agent should do next.")
+    poll_after_seconds: int | None = Field(
+        default=None,
+        description="While the draft is still open: wait at least this long before calling "
+        "get_draft again (or subscribe to resource_uri instead of polling). null once final.",
+    )
+    resource_uri: str = Field(
+        description="This draft as an MCP resource (resources/read gives this same view; "
+        "subscribe to it to be told of every change instead of polling)."
+    )
 
 
 def agent_view(
@@ -120,12 +156,15 @@ def agent_view(
         risk=draft.risk,
         approvals=ApprovalProgress.of(standing),
         created_at=draft.created_at,
+        updated_at=draft.updated_at,
         expires_at=draft.expires_at,
         replayed=replayed,
         reason=reason,
         outcome=outcome,
         message=message,
         next_action=next_action,
+        poll_after_seconds=POLL_AFTER_SECONDS.get(status),
+        resource_uri=draft_uri(draft.id),
     )
 
 
@@ -135,14 +174,17 @@ def _advice(
     standing: progress.ApprovalProgress,
     outcome: dict[str, Any] | None,
 ) -> tuple[str, str]:
-    check_later = f"Call get_draft with draft_id {draft.id} later to learn the outcome."
+    check_later = (
+        f"To learn the outcome, subscribe to {draft_uri(draft.id)} or call get_draft with "
+        f"draft_id {draft.id} after poll_after_seconds."
+    )
     match status:
         case DraftStatus.PROPOSED:
             return (
                 f"The request is recorded as draft {draft.id} and waits for human approval "
                 f"({standing.received} of {standing.required} approvals). Nothing has been "
                 "executed yet.",
-                "Tell the user the request is pending human review. " + check_later,
+                "Tell the user the request is waiting for human review. " + check_later,
             )
         case DraftStatus.APPROVED if not standing.met:
             return (
@@ -155,14 +197,23 @@ def _advice(
             )
         case DraftStatus.APPROVED:
             return (
-                "A human approved the request; it waits to be executed. Nothing has run yet.",
-                "Tell the user it was approved and will be carried out. " + check_later,
+                "A human approved the request. It runs once an approver starts its execution; "
+                "nothing has run yet.",
+                "Tell the user it was approved and waits to be carried out. " + check_later,
             )
         case DraftStatus.QUEUED | DraftStatus.RUNNING:
             return (
                 "The approved request is being executed now.",
                 "Tell the user it is in progress. " + check_later,
             )
+    return _ended_advice(draft, status, outcome)
+
+
+def _ended_advice(
+    draft: Draft, status: DraftStatus, outcome: dict[str, Any] | None
+) -> tuple[str, str]:
+    """What to say of a draft that reached a final status (nothing to wait for)."""
+    match status:
         case DraftStatus.SUCCEEDED:
             done = (outcome or {}).get("summary", "the change was made")
             return (f"Done: {done}.", "Tell the user the request has been completed.")
@@ -187,7 +238,30 @@ def _advice(
                 "approved and executed in time); nothing was executed.",
                 "If the user still wants it, propose it again.",
             )
+        case DraftStatus.WITHDRAWN:
+            return (
+                "The request was withdrawn by the agent that proposed it, before anyone "
+                "approved it; nothing was executed.",
+                "Propose it again only if the user asks for it again.",
+            )
     raise AssertionError(f"unhandled status {status}")  # pragma: no cover
+
+
+class AgentDraftListing(BaseModel):
+    """One of the agent's unfinished drafts, as its resource list shows it."""
+
+    draft_id: str
+    resource_uri: str
+    action: str
+    status: DraftStatus
+    revision: int
+    summary: str
+    created_at: datetime
+
+
+class AgentDraftPage(BaseModel):
+    drafts: list[AgentDraftListing]
+    next_cursor: str | None
 
 
 class ProposedBy(BaseModel):

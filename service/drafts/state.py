@@ -25,7 +25,9 @@ S = DraftStatus
 
 # Where a draft may go from each status. Final statuses go nowhere.
 TRANSITIONS: dict[DraftStatus, frozenset[DraftStatus]] = {
-    S.PROPOSED: frozenset({S.APPROVED, S.REJECTED, S.EXPIRED}),
+    # PROPOSED -> WITHDRAWN: the agent that proposed it took it back (tasks/cancel) before a
+    # quorum approved it; once approved, only an approver's rejection stops it.
+    S.PROPOSED: frozenset({S.APPROVED, S.REJECTED, S.EXPIRED, S.WITHDRAWN}),
     # APPROVED -> FAILED: the worker refused an execution whose draft was set to approved
     # behind draftgate's back (its approvals do not verify); it fails visibly.
     S.APPROVED: frozenset({S.QUEUED, S.REJECTED, S.EXPIRED, S.FAILED}),
@@ -38,6 +40,7 @@ TRANSITIONS: dict[DraftStatus, frozenset[DraftStatus]] = {
     S.FAILED: frozenset(),
     S.REJECTED: frozenset(),
     S.EXPIRED: frozenset(),
+    S.WITHDRAWN: frozenset(),
 }
 
 

@@ -39,6 +39,7 @@ class GatewayRead(ReadAction):
     """Base of every gateway read; a kind's read subclasses it with how it calls."""
 
     declared_at: ClassVar[str]  # <file>:<line>: <path> of its declaration
+    open_world = True  # every gateway read asks an upstream system
 
     def masked(self, params: BaseModel) -> dict[str, Any]:
         # Declared masks name result fields, not arguments: these are recorded as given.

@@ -77,6 +77,9 @@ class Action(ABC):
 
 class ReadAction(Action):
     Output: ClassVar[type[BaseModel]]
+    # True when answering asks a system outside draftgate's database (a carrier, an upstream
+    # server): published as the tool's openWorldHint.
+    open_world: ClassVar[bool] = False
 
     @abstractmethod
     def handle(self, ctx: ActionContext, params: Any) -> BaseModel:

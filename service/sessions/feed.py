@@ -26,8 +26,10 @@ DRAFT_CHANGES = {
     "draft.rejected": "rejected",
     "draft.expired": "expired",
     "draft.queued": "queued",
+    "draft.running": "running",
     "draft.succeeded": "executed",
     "draft.failed": "failed",
+    "draft.withdrawn": "withdrawn",
 }
 STATUS_AFTER = {
     "proposed": "proposed",
@@ -37,8 +39,10 @@ STATUS_AFTER = {
     "rejected": "rejected",
     "expired": "expired",
     "queued": "queued",
+    "running": "running",
     "executed": "succeeded",
     "failed": "failed",
+    "withdrawn": "withdrawn",
 }
 MAX_CHANGES = 100
 
@@ -57,7 +61,7 @@ class DraftChange:
 def head(session: Session, principal: Principal) -> int:
     """Where a new stream starts: the tenant's last seq (it reports only what comes after)."""
     principal.require(Role.APPROVER, Role.AUDITOR)
-    return audit_repository.head_seq(session, principal.tenant)
+    return tenant_head(session, principal.tenant)
 
 
 def draft_changes(
@@ -65,8 +69,16 @@ def draft_changes(
 ) -> tuple[list[DraftChange], int]:
     """The tenant's draft changes after ``after_seq``, and the seq to ask after next time."""
     principal.require(Role.APPROVER, Role.AUDITOR)
+    return changes_after(session, principal.tenant, after_seq=after_seq)
+
+
+def changes_after(
+    session: Session, tenant: str, *, after_seq: int
+) -> tuple[list[DraftChange], int]:
+    """``draft_changes`` for a caller that filters by principal itself (the MCP door's push
+    hub, which serves many agents of a tenant: each hears only of its own drafts)."""
     events = repository.events_after(
-        session, principal.tenant, after_seq=after_seq, types=DRAFT_CHANGES, limit=MAX_CHANGES
+        session, tenant, after_seq=after_seq, types=DRAFT_CHANGES, limit=MAX_CHANGES
     )
     changes = [
         DraftChange(
@@ -79,6 +91,11 @@ def draft_changes(
         if event.draft_id
     ]
     return changes, (events[-1].seq if events else after_seq)
+
+
+def tenant_head(session: Session, tenant: str) -> int:
+    """The tenant's last seq, for a caller that checks the principal itself."""
+    return audit_repository.head_seq(session, tenant)
 
 
 def execution_status(session: Session, principal: Principal, execution_id: str) -> ExecutionStatus:

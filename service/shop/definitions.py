@@ -143,6 +143,7 @@ class GetLogistics(ReadAction):
     )
     Input = OrderInput
     Output = Logistics
+    open_world = True  # it asks the carrier
 
     def handle(self, ctx: ActionContext, params: OrderInput) -> Logistics:
         order = _order(ctx, params.order_id)

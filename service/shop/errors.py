@@ -48,8 +48,8 @@ ORDER_NOT_CANCELLABLE = ErrorCode(
     "ORDER_NOT_CANCELLABLE",
     Category.PRECONDITION_FAILED,
     "Only orders that are pending payment or paid (not yet shipped) can be cancelled.",
-    "Tell the user the order can no longer be cancelled; a refund may be possible once it is "
-    "delivered.",
+    "Tell the user the order can no longer be cancelled. If it was delivered, propose_refund "
+    "may still be possible; if it is on its way, a refund becomes possible once it arrives.",
 )
 ADDRESS_CHANGE_NOT_ALLOWED = ErrorCode(
     "ADDRESS_CHANGE_NOT_ALLOWED",

@@ -24,6 +24,8 @@ from service.sql import utcnow
 from service.toolcalls import errors
 from service.toolcalls.schemas import (
     CONTROL_FIELDS,
+    DraftPageInput,
+    DraftRef,
     GetDraftInput,
     ToolKind,
     ToolSpec,
@@ -33,10 +35,22 @@ from service.toolcalls.schemas import (
 from service.validation import StrictInput, check_bounds, parse
 
 GET_DRAFT_DESCRIPTION = (
-    "Returns the current state of a draft you proposed: pending (with approvals so far), "
-    "approved, queued or running, succeeded (with the outcome), failed (with the reason), "
-    "rejected by a human (with their reason), or expired. message says what to tell the user; "
-    "next_action says what to do next."
+    "Returns the current state of a draft you proposed: proposed (waiting for human approval, "
+    "with approvals so far), approved (waiting for an approver to start its execution), "
+    "queued or running, succeeded (with the outcome), failed (with the reason), rejected by a "
+    "human (with their reason), expired, or withdrawn. message says what to tell the user; "
+    "next_action says what to do next. While it is open, wait poll_after_seconds between "
+    "calls, or subscribe to its resource_uri (draftgate://drafts/<draft_id>) to be told of "
+    "every change."
+)
+
+# The server's instructions are dropped by most agent frameworks, so what a model must know
+# to use a propose_* tool rides on every one of them.
+PROPOSAL_NOTE = (
+    "This only PROPOSES the change: it records a draft that a human must approve (and start) "
+    "before anything happens. Tell the user it is waiting for approval; the result's message "
+    "says what to relay. Errors are JSON objects with code, message, retryable and "
+    "suggested_action: follow suggested_action."
 )
 
 
@@ -59,7 +73,7 @@ def _catalog(registry: ActionRegistry) -> dict[str, ToolSpec]:
             read_only=True,
             destructive=False,
             idempotent=True,
-            open_world=False,
+            open_world=action.open_world,
         )
         for action in registry.reads.values()
     ]
@@ -67,7 +81,7 @@ def _catalog(registry: ActionRegistry) -> dict[str, ToolSpec]:
         ToolSpec(
             name=exposed_name(action),
             title=action.title,
-            description=action.description,
+            description=f"{action.description} {PROPOSAL_NOTE}",
             kind=ToolKind.PROPOSE,
             action=action.name,
             input_model=propose_input_model(action.name, action.Input),
@@ -98,6 +112,33 @@ def _catalog(registry: ActionRegistry) -> dict[str, ToolSpec]:
     return {tool.name: tool for tool in tools}
 
 
+def _method(name: str, kind: ToolKind, input_model: type[StrictInput], read_only: bool) -> ToolSpec:
+    return ToolSpec(
+        name=name,
+        title=name,
+        description="",
+        kind=kind,
+        action=None,
+        input_model=input_model,
+        output_model=AgentDraftView,
+        read_only=read_only,
+        destructive=False,
+        idempotent=True,
+        open_world=False,
+    )
+
+
+# What an agent does with its own drafts besides tools/call, by the MCP method that asks:
+# never in the tool catalogue, so no tools/call name reaches them.
+METHODS: dict[str, ToolSpec] = {
+    "resources/read": _method("resources/read", ToolKind.DRAFT_STATUS, DraftRef, True),
+    "resources/list": _method("resources/list", ToolKind.DRAFT_LIST, DraftPageInput, True),
+    "tasks/get": _method("tasks/get", ToolKind.DRAFT_STATUS, DraftRef, True),
+    "tasks/cancel": _method("tasks/cancel", ToolKind.WITHDRAW, DraftRef, False),
+}
+DRAFT_PAGE_SIZE = 50
+
+
 def call_tool(
     runtime: Runtime,
     principal: Principal,
@@ -106,6 +147,7 @@ def call_tool(
     arguments: dict[str, Any],
     trace_id: str | None,
     on_refusal: Callable[[Session, DomainError], None],
+    method: str = "tools/call",
 ) -> dict[str, Any]:
     """Run one tool call for an agent and audit it; returns the structured result.
 
@@ -116,7 +158,7 @@ def call_tool(
     proposal and its event are one unit of work.
     """
     started = time.perf_counter()
-    spec = _catalog(runtime.registry).get(name)
+    spec = _catalog(runtime.registry).get(name) if method == "tools/call" else METHODS.get(method)
 
     def answer(session: Session) -> _Answer:
         principal.require(Role.AGENT)
@@ -210,14 +252,42 @@ def _propose(ctx: ActionContext, runtime: Runtime, spec: ToolSpec, params: Stric
 def _draft_status(
     ctx: ActionContext, runtime: Runtime, spec: ToolSpec, params: StrictInput
 ) -> _Answer:
-    assert isinstance(params, GetDraftInput)
+    assert isinstance(params, GetDraftInput | DraftRef)
     view = drafts.get_for_agent(
         ctx, runtime.registry.writes, params.draft_id, policies=runtime.policies
     )
-    return _Answer(view.model_dump(mode="json"), {"draft_id": params.draft_id}, params.draft_id)
+    return _Answer(view.model_dump(mode="json"), params.model_dump(), params.draft_id)
 
 
-_HANDLERS = {ToolKind.READ: _read, ToolKind.PROPOSE: _propose, ToolKind.DRAFT_STATUS: _draft_status}
+def _withdraw(ctx: ActionContext, runtime: Runtime, spec: ToolSpec, params: StrictInput) -> _Answer:
+    assert isinstance(params, DraftRef)
+    view = drafts.withdraw(
+        ctx,
+        runtime.registry.writes,
+        params.draft_id,
+        revision=params.revision,
+        policies=runtime.policies,
+    )
+    return _Answer(view.model_dump(mode="json"), params.model_dump(), params.draft_id)
+
+
+def _draft_list(
+    ctx: ActionContext, runtime: Runtime, spec: ToolSpec, params: StrictInput
+) -> _Answer:
+    assert isinstance(params, DraftPageInput)
+    page = drafts.unfinished_for_agent(
+        ctx, runtime.cursors, cursor=params.cursor, limit=DRAFT_PAGE_SIZE
+    )
+    return _Answer(page.model_dump(mode="json"), {"cursor": params.cursor is not None})
+
+
+_HANDLERS = {
+    ToolKind.READ: _read,
+    ToolKind.PROPOSE: _propose,
+    ToolKind.DRAFT_STATUS: _draft_status,
+    ToolKind.DRAFT_LIST: _draft_list,
+    ToolKind.WITHDRAW: _withdraw,
+}
 
 
 def refused_call(

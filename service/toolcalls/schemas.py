@@ -19,6 +19,10 @@ class ToolKind(StrEnum):
     READ = "read"
     PROPOSE = "propose"
     DRAFT_STATUS = "draft_status"
+    # Not tools: what an agent does with its drafts through other MCP methods (resources,
+    # tasks), run, refused and audited like a tool call (toolcalls.actions.METHODS).
+    DRAFT_LIST = "draft_list"
+    WITHDRAW = "withdraw"
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,17 @@ class GetDraftInput(StrictInput):
     )
 
 
+class DraftRef(StrictInput):
+    """The draft a resource URI or a task id names, and for a task the revision it follows."""
+
+    draft_id: str = Field(pattern=DRAFT_ID_PATTERN)
+    revision: int | None = Field(default=None, ge=1, le=2**31 - 1)
+
+
+class DraftPageInput(StrictInput):
+    cursor: str | None = Field(default=None, min_length=1, max_length=512)
+
+
 def propose_input_model(name: str, action_input: type[StrictInput]) -> type[StrictInput]:
     """The action's own arguments plus the two control arguments every proposal accepts."""
     model: type[StrictInput] = create_model(
@@ -55,7 +70,9 @@ def propose_input_model(name: str, action_input: type[StrictInput]) -> type[Stri
                 default=None,
                 pattern=IDEMPOTENCY_KEY_PATTERN,
                 description="Optional, 1-255 printable ASCII characters. Retrying with the "
-                "same key and the same arguments returns the same draft instead of a new one.",
+                "same key and the same arguments returns the same draft. Without a key, an "
+                "identical proposal while the first is still open also returns that draft, so "
+                "a retry never makes a duplicate; use a key to make retries explicit.",
             ),
         ),
         draft_id=(

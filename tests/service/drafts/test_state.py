@@ -18,7 +18,12 @@ from service.sql import utcnow
 
 PAIRS = list(itertools.product(DraftStatus, DraftStatus))
 EXPECTED = {
-    DraftStatus.PROPOSED: {DraftStatus.APPROVED, DraftStatus.REJECTED, DraftStatus.EXPIRED},
+    DraftStatus.PROPOSED: {
+        DraftStatus.APPROVED,
+        DraftStatus.REJECTED,
+        DraftStatus.EXPIRED,
+        DraftStatus.WITHDRAWN,
+    },
     DraftStatus.APPROVED: {
         DraftStatus.QUEUED,
         DraftStatus.REJECTED,
