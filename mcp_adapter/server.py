@@ -19,9 +19,11 @@ from mcp_adapter.auth import (
     protected_resource_routes,
     refuser,
 )
+from mcp_adapter.drafts import TASKS_EXTENSION, DraftMethods, TaskIdParams, UpdateTaskParams
 from mcp_adapter.health import readyz_route
 from mcp_adapter.metrics import metrics_route
-from mcp_adapter.tools import ToolDoor, ToolHandlers, mcp_tools
+from mcp_adapter.push import DraftHub, ListenDoor
+from mcp_adapter.tools import ToolDoor, ToolHandlers, mcp_tools, proposal_tools
 from service.db import unavailable
 from service.guards import AddressLimit, BodyLimit, Outage
 from service.runtime import Runtime
@@ -32,7 +34,8 @@ INSTRUCTIONS = (
     "Every change (refund, cancellation, address change) is only a proposal: propose_* records a "
     "draft that a human must approve before anything happens. Tell the user that; then use "
     "get_draft to follow the draft. Errors are JSON objects with code, message, retryable and "
-    "suggested_action: follow suggested_action."
+    "suggested_action: follow suggested_action. Each draft is also a resource "
+    "(draftgate://drafts/<draft_id>): subscribe to it instead of polling get_draft."
 )
 VERSION = "0.1.0"
 
@@ -40,9 +43,11 @@ VERSION = "0.1.0"
 def create_mcp_server(runtime: Runtime, *, stdio_token: str | None = None) -> Server:
     """A low-level MCP server offering the registry's tools. Over HTTP it authenticates with
     our tokens (see ``create_http_app``); over stdio every call is made with ``stdio_token``."""
-    handlers = ToolHandlers(ToolDoor(runtime, stdio_token=stdio_token), mcp_tools(runtime))
+    door = ToolDoor(runtime, stdio_token=stdio_token)
+    handlers = ToolHandlers(door, mcp_tools(runtime), proposal_tools(runtime))
     known_tools(tool.name for tool in handlers.tools)  # span names: ours only (telemetry)
-    return Server(
+    drafts = DraftMethods(door)
+    server = Server(
         "draftgate",
         version=VERSION,
         title="draftgate",
@@ -50,7 +55,17 @@ def create_mcp_server(runtime: Runtime, *, stdio_token: str | None = None) -> Se
         on_list_tools=handlers.list_tools,
         on_call_tool=handlers.call_tool,
         get_tool_input_schema=handlers.input_schema_of,
+        on_list_resources=drafts.list_resources,
+        on_list_resource_templates=drafts.list_resource_templates,
+        on_read_resource=drafts.read_resource,
+        on_subscriptions_listen=ListenDoor(drafts, DraftHub(runtime)),
     )
+    # The tasks extension (MCP 2026-07-28): a proposal is a task for clients that declare it.
+    server.add_request_handler("tasks/get", TaskIdParams, drafts.get_task)
+    server.add_request_handler("tasks/cancel", TaskIdParams, drafts.cancel_task)
+    server.add_request_handler("tasks/update", UpdateTaskParams, drafts.update_task)
+    server.extensions[TASKS_EXTENSION] = {}
+    return server
 
 
 async def run_stdio(runtime: Runtime, token: str) -> None:

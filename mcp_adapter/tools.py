@@ -27,6 +27,7 @@ from mcp.types import (
     ToolAnnotations,
 )
 
+from mcp_adapter import drafts
 from mcp_adapter import metrics as tool_metrics
 from mcp_adapter.auth import DOOR, authenticate_for_mcp, principal_from
 from mcp_adapter.errors import as_tool_error
@@ -37,7 +38,7 @@ from service.principal import Principal
 from service.runtime import Runtime
 from service.telemetry import tool_call
 from service.toolcalls import actions as toolcalls
-from service.toolcalls.schemas import ToolSpec
+from service.toolcalls.schemas import ToolKind, ToolSpec
 from service.tracing import trace_id_from
 from service.validation import input_schema, output_schema
 
@@ -52,16 +53,18 @@ class ToolDoor:
     stdio_token: str | None = None
 
     def call(
-        self, name: str, arguments: dict[str, Any], trace_id: str, principal: Principal | None
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        trace_id: str,
+        principal: Principal | None,
+        *,
+        method: str = "tools/call",
     ) -> dict[str, Any]:
+        """One agent call through the core: ``tools/call`` of tool ``name``, or another MCP
+        method on the agent's drafts (``toolcalls.actions.METHODS``, ``name`` = ``method``)."""
         engine, started = self.runtime.engine, time.perf_counter()
-        if principal is None:  # stdio: every call proves the configured token again
-            try:
-                principal = authenticate_for_mcp(
-                    self.runtime, self.stdio_token, trace_id=trace_id, door=f"{DOOR}-stdio"
-                )
-            except Exception as exc:
-                raise (unavailable(exc) or exc) from exc
+        principal = self.principal(principal, trace_id)
 
         def refusal(error: DomainError) -> Refusal:
             latency_us = int((time.perf_counter() - started) * 1_000_000)
@@ -90,6 +93,7 @@ class ToolDoor:
                 arguments=arguments,
                 trace_id=trace_id,
                 on_refusal=refused,
+                method=method,
             )
         except DomainError:
             raise
@@ -102,6 +106,18 @@ class ToolDoor:
                 logger.warning("could not audit the failed call of %s", name, exc_info=True)
             raise error from exc
 
+    def principal(self, principal: Principal | None, trace_id: str) -> Principal:
+        """The caller: proved by its access token over HTTP, by the stdio token (again, on
+        every call) over stdio."""
+        if principal is not None:
+            return principal
+        try:
+            return authenticate_for_mcp(
+                self.runtime, self.stdio_token, trace_id=trace_id, door=f"{DOOR}-stdio"
+            )
+        except Exception as exc:
+            raise (unavailable(exc) or exc) from exc
+
     def _over_limit(self, principal: Principal) -> DomainError | None:
         try:
             self.runtime.limiter.check_token(principal.token_id)
@@ -113,6 +129,12 @@ class ToolDoor:
 def mcp_tools(runtime: Runtime) -> list[Tool]:
     """The catalog as MCP tools: the core's strict schemas, hints as annotations."""
     return [_tool(spec) for spec in toolcalls.catalog(runtime.registry)]
+
+
+def proposal_tools(runtime: Runtime) -> frozenset[str]:
+    return frozenset(
+        spec.name for spec in toolcalls.catalog(runtime.registry) if spec.kind is ToolKind.PROPOSE
+    )
 
 
 def _tool(spec: ToolSpec) -> Tool:
@@ -138,6 +160,8 @@ class ToolHandlers:
 
     door: ToolDoor
     tools: list[Tool]
+    # The propose_* tools: a client that declares the tasks extension gets a task for each.
+    proposals: frozenset[str] = frozenset()
 
     @cached_property
     def by_name(self) -> dict[str, Tool]:
@@ -152,9 +176,11 @@ class ToolHandlers:
         tool = self.by_name.get(name)
         return tool.input_schema if tool is not None else None
 
-    async def call_tool(self, ctx: Any, params: CallToolRequestParams) -> CallToolResult:
+    async def call_tool(self, ctx: Any, params: CallToolRequestParams) -> Any:
         """Trace id from ``traceparent``, principal from the verified access token (HTTP) or
-        the stdio token, the work itself in a thread; every refusal a structured error."""
+        the stdio token, the work itself in a thread; every refusal a structured error. A
+        draft comes back with a link to its resource, and as a task (``resultType: task``)
+        when the client declared the tasks extension on this call."""
         request = getattr(ctx, "request", None)
         traceparent = request.headers.get("traceparent") if request is not None else None
         access_token = get_access_token()
@@ -177,7 +203,11 @@ class ToolHandlers:
                 span.finish(error.code)
                 return as_tool_error(error)
             span.finish("ok", draft_id=result.get("draft_id"))
-        return CallToolResult(
-            content=[TextContent(type="text", text=json.dumps(result, ensure_ascii=False))],
-            structured_content=result,
-        )
+        if params.name not in self.proposals and params.name != "get_draft":  # a read's answer
+            return CallToolResult(
+                content=[TextContent(type="text", text=json.dumps(result, ensure_ascii=False))],
+                structured_content=result,
+            )
+        if params.name in self.proposals and drafts.wants_tasks(ctx):
+            return {**drafts.task(result), "resultType": "task"}
+        return drafts.tool_result(result)

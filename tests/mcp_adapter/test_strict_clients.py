@@ -164,7 +164,13 @@ async def test_langchain_strict_tools_leave_nothing_out_and_null_filled_calls_wo
 
 
 def _payload(output: Any) -> dict[str, Any]:
-    """What the Agents SDK hands the model: the call's text content block (JSON here)."""
+    """What the Agents SDK hands the model: the call's text content block (JSON here); a
+    draft's result is a list, its JSON text and the link to its resource."""
+    if isinstance(output, list):
+        # The SDK renders the resource link as a second text item naming the draft's URI.
+        assert len(output) == 2, output
+        assert "draftgate://drafts/dft_" in json.dumps(output[1]), output
+        output = output[0]
     if isinstance(output, dict) and output.get("type") == "text":
         output = output["text"]
     return output if isinstance(output, dict) else json.loads(output)
@@ -177,6 +183,7 @@ def _text(content: Any) -> str:
     if isinstance(content, tuple):  # (content, artifact)
         content = content[0]
     if isinstance(content, list):
-        texts = [c["text"] if isinstance(c, dict) else getattr(c, "text", str(c)) for c in content]
-        return "".join(texts)
+        # A draft's result also links its resource (a block without text).
+        blocks = [c if isinstance(c, dict) else vars(c) for c in content]
+        return "".join(b["text"] for b in blocks if b.get("type") == "text")
     raise AssertionError(f"unexpected tool output {content!r}")
