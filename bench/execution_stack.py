@@ -55,6 +55,7 @@ class DraftgateStack:
     api_url: str
     worker: WorkerProcess
     http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=60))
+    mcp_url: str = ""  # with ``draftgate_stack(mcp=True)``: ``draftgate serve mcp``
 
     @property
     def approver_headers(self) -> dict[str, str]:
@@ -142,8 +143,11 @@ def database(kind: str, workdir: Path) -> Iterator[str]:
 
 
 @contextmanager
-def draftgate_stack(kind: str, workdir: Path, *, concurrency: int = 1) -> Iterator[DraftgateStack]:
-    """Seeded database, ``draftgate serve api`` and ``draftgate serve worker``, all ready."""
+def draftgate_stack(
+    kind: str, workdir: Path, *, concurrency: int = 1, mcp: bool = False
+) -> Iterator[DraftgateStack]:
+    """Seeded database, ``draftgate serve api`` and ``draftgate serve worker`` (and ``serve
+    mcp`` when asked), each a process of its own, all ready."""
     with ExitStack() as stack:
         url = stack.enter_context(database(kind, workdir))
         settings = deployment_settings(
@@ -156,9 +160,13 @@ def draftgate_stack(kind: str, workdir: Path, *, concurrency: int = 1) -> Iterat
         deployment = stack.enter_context(Deployment(settings, log_dir=workdir))
         demo = deployment.prepare()
         api = deployment.start_http("api", wait=False)
+        door = deployment.start_http("mcp", wait=False) if mcp else None
         worker = deployment.start_worker(concurrency=concurrency)
         api.wait_ready()
         result = DraftgateStack(kind, settings, deployment.runtime, demo, api.url, worker)
+        if door is not None:
+            door.wait_ready()
+            result.mcp_url = door.mcp_url
         stack.callback(result.http.close)
         yield result
 

@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 MIME_TYPE = "application/json"
-_TASK_ID = re.compile(DRAFT_ID_PATTERN.rstrip("$") + r"\.r([1-9][0-9]{0,8})$")
+_TASK_ID = re.compile(DRAFT_ID_PATTERN.strip("^$") + r"\.r([1-9][0-9]{0,8})")
+MAX_STATUS_MESSAGE = 500  # it may quote an approver's reason or an upstream's error
 
 # Draft status -> the task's status; a draft that is still open is a task at work.
 TASK_STATUS = {
@@ -59,8 +60,8 @@ def task_id(draft_id: str, revision: int) -> str:
 
 
 def parse_task_id(text: str) -> tuple[str, int] | None:
-    """(draft_id, revision) of a task id this server made, or None."""
-    match = _TASK_ID.match(text)
+    """(draft_id, revision) of a task id this server made, or None (one spelling per task)."""
+    match = _TASK_ID.fullmatch(text)
     return (text.split(".r", 1)[0], int(match.group(1))) if match else None
 
 
@@ -135,15 +136,20 @@ def task(view: dict[str, Any], revision: int | None = None) -> dict[str, Any]:
 
 def _status_message(view: dict[str, Any]) -> str:
     approvals = view["approvals"]
+    holds = approvals["received"] >= approvals["required"]
     match view["status"]:
         case "proposed":
             missing = max(approvals["required"] - approvals["received"], 0)
             return f"waiting for {missing} of {approvals['required']} approvals"
-        case "approved":
+        case "approved" if holds:
             return "approved, waiting for execution"
         case "queued" | "running":
             return "executing"
+    # Ended (or approved but no longer holding): the draft's own words, which quote what a
+    # person or an upstream wrote as a reason; bounded, since clients show it as a status.
     message: str = view["message"]
+    if len(message) > MAX_STATUS_MESSAGE:
+        message = message[: MAX_STATUS_MESSAGE - 1] + "…"
     return message
 
 
@@ -153,7 +159,21 @@ def mcp_error(error: DomainError, not_found: str) -> MCPError:
     data = error.to_dict()
     if error.category in (Category.UNAVAILABLE, Category.INVALID_ARGUMENT):
         return MCPError(types.INVALID_PARAMS, not_found, data)
+    if error.category is Category.TRANSIENT:  # rate limited, the database away: retry later
+        return MCPError(types.INTERNAL_ERROR, error.message, data)
     return MCPError(types.INVALID_REQUEST, error.message, data)
+
+
+TASK_NOT_FOUND = "Failed to retrieve task: Task not found"
+
+
+def _check_name_header(ctx: Any, task_id: str) -> None:
+    """Over streamable HTTP a client names the task in ``Mcp-Name`` too (the extension says
+    it must; some clients do not send it): when sent, it must be the one in the body."""
+    request = getattr(ctx, "request", None)
+    named = request.headers.get("mcp-name") if request is not None else None
+    if named is not None and named != task_id:
+        raise MCPError(types.HEADER_MISMATCH, "The Mcp-Name header does not match taskId.")
 
 
 class TaskIdParams(types.RequestParams):
@@ -259,6 +279,7 @@ class DraftMethods:
     async def task_view(
         self, ctx: Any, method: str, params: TaskIdParams
     ) -> tuple[dict[str, Any], int]:
+        _check_name_header(ctx, params.task_id)
         # An id this server did not make reaches the core as revision 0, which it refuses
         # (and audits) like any other invalid argument: not found.
         draft_id, revision = parse_task_id(params.task_id) or (params.task_id[:128], 0)
@@ -266,7 +287,9 @@ class DraftMethods:
         try:
             view = await self.call(ctx, method, arguments)
         except DomainError as error:
-            raise mcp_error(error, "Failed to retrieve task: Task not found") from None
+            raise mcp_error(error, TASK_NOT_FOUND) from None
+        if revision > view["revision"]:  # a revision the draft never had: no such task
+            raise MCPError(types.INVALID_PARAMS, TASK_NOT_FOUND)
         return view, revision
 
     @staticmethod

@@ -80,7 +80,7 @@ class ToolDoor:
         def refused(session: Any, error: DomainError) -> None:
             record_refusal(session, refusal(error))
 
-        limited = self._over_limit(principal)
+        limited = self.over_limit(principal)
         if limited is not None:  # a flood: its refusals are audited as a count
             throttle = Throttle(self.runtime.limiter, f"tools:{principal.token_id}")
             record_refusal_apart(engine, refusal(limited), throttle=throttle)
@@ -118,7 +118,7 @@ class ToolDoor:
         except Exception as exc:
             raise (unavailable(exc) or exc) from exc
 
-    def _over_limit(self, principal: Principal) -> DomainError | None:
+    def over_limit(self, principal: Principal) -> DomainError | None:
         try:
             self.runtime.limiter.check_token(principal.token_id)
         except DomainError as limited:

@@ -197,8 +197,8 @@ def _advice(
             )
         case DraftStatus.APPROVED:
             return (
-                "A human approved the request. It runs once an approver starts its execution; "
-                "nothing has run yet.",
+                "A human approved the request. Nothing has run yet: it runs once an approver "
+                "starts its execution.",
                 "Tell the user it was approved and waits to be carried out. " + check_later,
             )
         case DraftStatus.QUEUED | DraftStatus.RUNNING:

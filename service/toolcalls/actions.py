@@ -12,7 +12,7 @@ from sqlmodel import Session
 
 from service.audit import actions as audit
 from service.audit.refusals import Refusal
-from service.db import run_read, run_unit, session_scope
+from service.db import read_scope, run_read, run_unit, session_scope
 from service.drafts import actions as drafts
 from service.drafts.schemas import AgentDraftView
 from service.errors import DomainError
@@ -49,8 +49,8 @@ GET_DRAFT_DESCRIPTION = (
 PROPOSAL_NOTE = (
     "This only PROPOSES the change: it records a draft that a human must approve (and start) "
     "before anything happens. Tell the user it is waiting for approval; the result's message "
-    "says what to relay. Errors are JSON objects with code, message, retryable and "
-    "suggested_action: follow suggested_action."
+    "(called as a task: its statusMessage) says what to relay. Errors are JSON objects with "
+    "code, message, retryable and suggested_action: follow suggested_action."
 )
 
 
@@ -193,6 +193,24 @@ def call_tool(
     return run_unit(
         engine, lambda session: audited(session, answer(session)), on_refusal=on_refusal
     )
+
+
+def followed_draft(runtime: Runtime, principal: Principal, draft_id: str) -> dict[str, Any]:
+    """A draft as ``get_draft`` shows it, re-read to push a change to a stream its proposer
+    opened: the same rule of who sees which draft, in a read-only snapshot, and not audited
+    as a call (the agent asked nothing; opening the stream was audited). Raises DomainError."""
+
+    def answer(session: Session) -> dict[str, Any]:
+        ctx = ActionContext(
+            session=session, principal=principal, settings=runtime.settings, now=utcnow()
+        )
+        view = drafts.get_for_agent(
+            ctx, runtime.registry.writes, draft_id, policies=runtime.policies
+        )
+        return view.model_dump(mode="json")
+
+    with read_scope(runtime.engine) as session:
+        return answer(session)
 
 
 def _record_call(

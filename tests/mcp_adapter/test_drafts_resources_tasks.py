@@ -11,12 +11,20 @@ from datetime import timedelta
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 from mcp.shared.exceptions import MCPError
 from sqlalchemy import update
 from sqlmodel import select
 
 from harness.approvals import signed_decision
+from harness.mcp_tasks import (
+    cancel_task,
+    get_task,
+    listen,
+    propose_as_task,
+    tasks_client,
+)
 from service.approvals import actions as approvals
 from service.approvals.schemas import ApprovalRequest, Decision
 from service.audit.models import AuditEvent
@@ -30,13 +38,6 @@ from service.validation import parse
 from tests.support.core import approve_in_core
 from tests.support.mcp_client import connect, error_of
 from tests.support.mcp_helpers import module_host_fixtures
-from tests.support.mcp_tasks import (
-    cancel_task,
-    get_task,
-    listen,
-    propose_as_task,
-    tasks_client,
-)
 
 pytestmark = pytest.mark.anyio
 
@@ -333,7 +334,7 @@ async def test_a_listen_stream_pushes_each_change_of_the_callers_drafts(mcp_url,
     seen: list[tuple[float, dict[str, Any]]] = []
     async with listen(mcp_url, demo["tokens"]["agent"], wanted) as frames:
         ack = await anext(frames)
-        assert ack["method"] == "notifications/subscriptions/acknowledged"
+        assert ack.get("method") == "notifications/subscriptions/acknowledged", ack
         assert ack["params"]["notifications"] == {
             "resourceSubscriptions": [uri],
             "taskIds": [task_id],
@@ -393,3 +394,68 @@ async def test_listening_for_tasks_needs_the_extension_and_is_bounded(mcp_url, d
         received = [frame async for frame in frames]
     assert received[0]["params"]["notifications"] == {}
     assert "result" in received[-1]
+
+
+async def test_a_revoked_token_ends_its_listen_stream(mcp_url, demo, runtime):
+    secret = token(runtime, subject="support-agent")
+    async with tasks_client(mcp_url, secret) as agent:
+        created = await propose_as_task(agent, "propose_refund", refund(demo))
+    draft_id = created["taskId"].split(".r")[0]
+    wanted = {"resourceSubscriptions": [f"draftgate://drafts/{draft_id}"]}
+    async with listen(mcp_url, secret, wanted) as frames:
+        assert (await anext(frames))["method"] == "notifications/subscriptions/acknowledged"
+        with session_scope(runtime.engine) as session:
+            principal = tokens.authenticate(session, secret)
+            tokens.revoke(session, tenant="demo", token_id=principal.token_id, actor="admin:t")
+        await anyio.to_thread.run_sync(approve_in_core, runtime, demo, draft_id)
+        with anyio.fail_after(20):
+            last = await anext(frames)
+    assert last["error"]["code"] == -32600
+    assert "revoked" in last["error"]["message"]
+
+
+async def test_listen_filters_and_task_ids_are_checked(mcp_url, demo):
+    for bad in ([{"a": 1}], [[1]], 5, True, "abc", [None], ["x" * 300]):
+        async with listen(mcp_url, demo["tokens"]["agent"], {"taskIds": bad}) as frames:
+            answer = await anext(frames)
+        assert answer["error"]["code"] == -32602, bad
+    async with tasks_client(mcp_url, demo["tokens"]["agent"]) as agent:
+        created = await propose_as_task(agent, "propose_refund", refund(demo))
+        for spelling in (created["taskId"] + "\n", created["taskId"].replace(".r1", ".r2")):
+            with pytest.raises(MCPError) as refused:
+                await get_task(agent, spelling)
+            # Not found; a header cannot carry the newline, so that spelling may be
+            # refused first as a mismatched Mcp-Name.
+            assert refused.value.error.code in {-32602, -32020}, spelling
+
+
+async def test_a_task_named_differently_in_mcp_name_is_refused(mcp_url, demo):
+    async with tasks_client(mcp_url, demo["tokens"]["agent"]) as agent:
+        created = await propose_as_task(agent, "propose_refund", refund(demo))
+    body = {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "tasks/get",
+        "params": {
+            "taskId": created["taskId"],
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {
+                    "extensions": {"io.modelcontextprotocol/tasks": {}}
+                },
+            },
+        },
+    }
+    headers = {
+        "Authorization": f"Bearer {demo['tokens']['agent']}",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "tasks/get",
+        "Accept": "application/json, text/event-stream",
+    }
+    async with httpx2.AsyncClient(timeout=30) as http:
+        other = await http.post(mcp_url, json=body, headers={**headers, "Mcp-Name": "dft_x.r1"})
+        same = await http.post(
+            mcp_url, json=body, headers={**headers, "Mcp-Name": created["taskId"]}
+        )
+    assert other.json()["error"]["code"] == -32020
+    assert same.json()["result"]["status"] == "working"

@@ -1,8 +1,8 @@
 """The client side of MCP 2026-07-28's tasks extension and of ``subscriptions/listen``, as an
-agent runtime would drive them: the SDK's own ``Client`` with the extension declared (a
-``ResultClaim`` for ``resultType: task``) and its generic ``send_request`` for ``tasks/*``
-(mcp 2.3 ships no task helpers); a listen stream read off the wire, since the SDK's
-``Client.listen`` has no ``taskIds``."""
+agent runtime would drive them (for tests and benches): the SDK's own ``Client`` with the
+extension declared (a ``ResultClaim`` for ``resultType: task``) and its generic
+``send_request`` for ``tasks/*`` (mcp 2.3 ships no task helpers); a listen stream read off
+the wire, since the SDK's ``Client.listen`` has no ``taskIds``."""
 
 from __future__ import annotations
 
