@@ -1,8 +1,13 @@
-"""A real MCP client over streamable HTTP, as an agent runtime would connect."""
+"""A real MCP client over streamable HTTP, as an agent runtime would connect.
+
+It negotiates as the SDK does by default (2026-07-28 against this server), or, with
+``DRAFTGATE_TEST_MCP_MODE=legacy``, with the 2025-11-25 initialize handshake: the full lane
+runs the MCP tests once more that way (tests/mcp_adapter/test_protocol_eras.py)."""
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -11,6 +16,8 @@ import httpx2
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
+
+MODE: Any = os.environ.get("DRAFTGATE_TEST_MCP_MODE", "auto")
 
 
 @asynccontextmanager
@@ -24,7 +31,7 @@ async def connect(
         headers["traceparent"] = traceparent
     async with (
         httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=120)) as http,
-        Client(streamable_http_client(url, http_client=http)) as client,
+        Client(streamable_http_client(url, http_client=http), mode=MODE) as client,
     ):
         yield client
 
