@@ -11,12 +11,15 @@ MCP as a task of the 2026-07-28 tasks extension, then:
   (``approved → told``: from the approval's answer to the first ``resources/updated``), then
   requests execution (``finished → told``: from the execution's recorded ``finished_at`` to
   the ``notifications/tasks`` that completes the task with the refund id);
-- polled: the same draft's twin, learned by calling ``get_draft`` every
+- polled: the same draft's twin, learned by calling ``get_draft`` (each call audited) every
   ``poll_after_seconds`` the result advises (2 s while it executes), and, as the most eager
   client could, every 0.1 s.
 
 The baseline is the polled figure of the same run. ``execute → known`` is what the agent
-waits from the execute request to holding the outcome.
+waits from the execute request to holding the outcome; ``agent requests`` how many requests
+it made for one draft after proposing it (the listen; or each ``get_draft``). A polled
+agent's first look comes right after the approval by construction, so its ``approved →
+told`` is no figure of merit.
 """
 
 from __future__ import annotations
@@ -105,6 +108,7 @@ async def pushed(stack: DraftgateStack, agent: Client, cents: int) -> dict[str, 
         "approved_to_told": (told_approved - approved).total_seconds(),
         "finished_to_told": (told_done - done).total_seconds(),
         "execute_to_known": (told_done - requested).total_seconds(),
+        "calls": 1,  # the listen
     }
 
 
@@ -117,8 +121,10 @@ async def polled(
     approved, execution_id = await approve_and_execute(stack, draft_id)
     requested = now()
     told_approved: datetime | None = None
+    calls = 0
     with anyio.fail_after(DEADLINE_SECONDS):
         async for view in _views(agent, draft_id, every):
+            calls += 1
             if told_approved is None and view["status"] != "proposed":
                 told_approved = now()
             if view["status"] == "succeeded":
@@ -130,6 +136,7 @@ async def polled(
         "approved_to_told": (told_approved - approved).total_seconds(),
         "finished_to_told": (told_done - done).total_seconds(),
         "execute_to_known": (told_done - requested).total_seconds(),
+        "calls": calls,
     }
 
 
@@ -171,6 +178,7 @@ async def measure(stack: DraftgateStack, count: int) -> list[dict[str, Any]]:
                 "finished_p50_ms": _ms(_p50(samples, "finished_to_told")),
                 "finished_max_ms": _ms(max((s["finished_to_told"] for s in samples), default=None)),
                 "known_p50_ms": _ms(_p50(samples, "execute_to_known")),
+                "agent_calls_p50": _p50(samples, "calls"),
                 "error_total": 0,
                 "ratio": _round(ratio(_p50(samples, "execute_to_known"), baseline)),
             }
@@ -199,6 +207,7 @@ COLUMNS = [
     ("finished_p50_ms", "finished → told p50 ms"),
     ("finished_max_ms", "finished → told max ms"),
     ("known_p50_ms", "execute → known p50 ms"),
+    ("agent_calls_p50", "agent requests p50"),
     ("ratio", "execute → known vs polled (advised)"),
 ]
 
