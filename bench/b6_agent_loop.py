@@ -104,12 +104,7 @@ async def pushed(stack: DraftgateStack, agent: Client, cents: int) -> dict[str, 
                     break
     assert told_approved is not None
     done = finished_at(stack, execution_id)
-    return {
-        "approved_to_told": (told_approved - approved).total_seconds(),
-        "finished_to_told": (told_done - done).total_seconds(),
-        "execute_to_known": (told_done - requested).total_seconds(),
-        "calls": 1,  # the listen
-    }
+    return figures(approved, told_approved, requested, done, told_done, calls=1)  # the listen
 
 
 async def polled(
@@ -132,6 +127,19 @@ async def polled(
                 break
     assert told_approved is not None
     done = finished_at(stack, execution_id)
+    return figures(approved, told_approved, requested, done, told_done, calls=calls)
+
+
+def figures(
+    approved: datetime,
+    told_approved: datetime,
+    requested: datetime,
+    done: datetime,
+    told_done: datetime,
+    *,
+    calls: int,
+) -> dict[str, float]:
+    """One draft's figures: each span in seconds, and the agent's requests."""
     return {
         "approved_to_told": (told_approved - approved).total_seconds(),
         "finished_to_told": (told_done - done).total_seconds(),

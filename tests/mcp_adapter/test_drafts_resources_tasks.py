@@ -26,7 +26,7 @@ from harness.mcp_tasks import (
     tasks_client,
 )
 from service.approvals import actions as approvals
-from service.approvals.schemas import ApprovalRequest, Decision
+from service.approvals.schemas import ApprovalRequest
 from service.audit.models import AuditEvent
 from service.db import session_scope
 from service.drafts import repository as drafts_repository
@@ -35,7 +35,7 @@ from service.principal import Role
 from service.sql import utcnow
 from service.tokens import actions as tokens
 from service.validation import parse
-from tests.support.core import approve_in_core
+from tests.support.core import approve_in_core, reject_in_core
 from tests.support.mcp_client import connect, error_of
 from tests.support.mcp_helpers import module_host_fixtures
 
@@ -49,35 +49,6 @@ LARGE = {"amount_minor": 60_000, "currency": "USD"}  # two approvers
 
 def refund(demo: dict[str, Any], amount: dict[str, Any] = SMALL) -> dict[str, Any]:
     return {"order_id": demo["orders"]["delivered"], "amount": amount, "reason": "damaged"}
-
-
-def reject_in_core(runtime: Any, demo: dict[str, Any], draft_id: str, reason: str) -> None:
-    with session_scope(runtime.engine) as session:
-        principal = tokens.authenticate(session, demo["tokens"]["approver_bob"])
-        draft = drafts_repository.get(session, "demo", draft_id)
-        assert draft is not None
-        body = signed_decision(
-            {
-                "tenant": draft.tenant,
-                "draft_id": draft.id,
-                "revision": draft.revision,
-                "action": draft.action,
-                "contract_version": draft.contract_version,
-                "params_sha256": draft.params_sha256,
-            },
-            approver="bob",
-            key_file=demo["approvers"]["bob"]["private_key_file"],
-            decision=Decision.REJECT,
-            reason=reason,
-        )
-        approvals.submit(
-            session,
-            principal,
-            draft_id=draft_id,
-            request=parse(ApprovalRequest, body),
-            runtime=runtime,
-            now=utcnow(),
-        )
 
 
 def token(runtime: Any, *, subject: str, tenant: str = "demo", user: str = "cust-ada") -> str:

@@ -14,7 +14,7 @@ import sys
 import textwrap
 from typing import Any
 
-from tests.mcp_adapter.test_drafts_resources_tasks import reject_in_core
+from tests.support.core import reject_in_core
 from tests.support.mcp_helpers import module_host_fixtures
 
 mcp_hosts, module_host, demo, runtime, mcp_url = module_host_fixtures()

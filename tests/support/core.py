@@ -6,7 +6,7 @@ from typing import Any
 
 from harness.approvals import signed_decision
 from service.approvals import actions as approvals
-from service.approvals.schemas import ApprovalRequest
+from service.approvals.schemas import ApprovalRequest, Decision
 from service.db import session_scope
 from service.drafts import repository as drafts_repository
 from service.executions import actions as executions
@@ -21,6 +21,25 @@ def approve_in_core(
     runtime: Runtime, demo: dict[str, Any], draft_id: str, approver: str = "alice"
 ) -> None:
     """Sign and submit an approval exactly as the API would, through the core."""
+    decide_in_core(runtime, demo, draft_id, approver)
+
+
+def reject_in_core(
+    runtime: Runtime, demo: dict[str, Any], draft_id: str, reason: str, approver: str = "bob"
+) -> None:
+    """Sign and submit a rejection with ``reason``, through the core."""
+    decide_in_core(runtime, demo, draft_id, approver, Decision.REJECT, reason)
+
+
+def decide_in_core(
+    runtime: Runtime,
+    demo: dict[str, Any],
+    draft_id: str,
+    approver: str,
+    decision: Decision = Decision.APPROVE,
+    reason: str | None = None,
+) -> None:
+    """Sign ``decision`` on the draft's current revision as ``approver`` and submit it."""
     with session_scope(runtime.engine) as session:
         principal = tokens.authenticate(session, demo["tokens"][f"approver_{approver}"])
         draft = drafts_repository.get(session, "demo", draft_id)
@@ -36,6 +55,8 @@ def approve_in_core(
             },
             approver=approver,
             key_file=demo["approvers"][approver]["private_key_file"],
+            decision=decision,
+            reason=reason,
         )
         approvals.submit(
             session,
