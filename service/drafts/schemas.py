@@ -215,7 +215,7 @@ def _ended_advice(
     """What to say of a draft that reached a final status (nothing to wait for)."""
     match status:
         case DraftStatus.SUCCEEDED:
-            done = (outcome or {}).get("summary", "the change was made")
+            done = str((outcome or {}).get("summary") or "the change was made").rstrip(".")
             return (f"Done: {done}.", "Tell the user the request has been completed.")
         case DraftStatus.FAILED:
             return (

@@ -118,6 +118,20 @@ def card(
     )
 
 
+# Why a decision or an execution is no longer possible, by the draft's status, in words.
+WHERE_IT_STANDS: dict[DraftStatus, str] = {
+    DraftStatus.PROPOSED: "the draft is still waiting for approval",
+    DraftStatus.APPROVED: "the draft is already approved",
+    DraftStatus.QUEUED: "the draft is queued for execution",
+    DraftStatus.RUNNING: "the draft is being executed",
+    DraftStatus.SUCCEEDED: "the draft has been executed",
+    DraftStatus.FAILED: "the draft's execution failed",
+    DraftStatus.REJECTED: "the draft was rejected",
+    DraftStatus.EXPIRED: "the draft has expired",
+    DraftStatus.WITHDRAWN: "the draft was withdrawn by the agent that proposed it",
+}
+
+
 def _blocked(
     principal: Principal,
     detail: DraftDetail,
@@ -127,7 +141,7 @@ def _blocked(
     if principal.role is not Role.APPROVER:
         return "only approvers decide drafts"
     if detail.status not in open_in:
-        return f"the draft is {detail.status.value}"
+        return WHERE_IT_STANDS[detail.status]
     match standing.bar(principal.subject):
         case progress.Bar.PROPOSER:
             return "you proposed this draft (maker and checker must differ)"

@@ -135,7 +135,7 @@ def test_an_imported_key_approves_and_the_worker_executes_exactly_once(new_conte
     assert tampered_approval(page, signer="key") == "SIGNATURE_INVALID"
     page.click("#approve")
     status = wait_for_text(page, "#decision-status", "approved revision")
-    assert "the draft is now approved (1 of 1 approvals)" in status
+    assert "approved (1 of 1 approvals): it can be executed" in status
     assert "succeeded" in execute_on_card(page)
 
     execution = agent_view(stack, draft_id)
@@ -161,12 +161,12 @@ def test_a_draft_over_the_threshold_needs_both_approvers(new_context, stack):
     draft_id = propose_refund(stack, LARGE)
 
     first = approve_on_card(alice, draft_id)
-    assert "the draft is now proposed (1 of 2 approvals)" in first
+    assert "1 of 2 approvals: it waits for 1 more" in first
     assert alice.locator("#execute").is_hidden()
     assert agent_view(stack, draft_id)["status"] == "proposed"
 
     second = approve_on_card(bob, draft_id)
-    assert "the draft is now approved (2 of 2 approvals)" in second
+    assert "approved (2 of 2 approvals): it can be executed" in second
     assert "succeeded" in execute_on_card(bob)
     assert len([r for r in refunds(stack) if r.amount_minor == LARGE]) == 1
 
@@ -180,7 +180,9 @@ def test_a_rejection_with_a_reason_is_relayed_to_the_agent(new_context, stack):
     assert "needs a reason" in wait_for_text(page, "#decision-status", "reason")
     page.fill("#reject-reason", "Order was refunded by the carrier already.")
     page.click("#reject")
-    assert "the draft is now rejected" in wait_for_text(page, "#decision-status", "rejected")
+    assert "the draft is rejected: it will not run" in wait_for_text(
+        page, "#decision-status", "rejected"
+    )
 
     view = agent_view(stack, draft_id)
     assert view["status"] == "rejected"
@@ -195,7 +197,9 @@ def test_a_rejection_with_a_reason_is_relayed_to_the_agent(new_context, stack):
     open_card(bob, approved)
     bob.fill("#reject-reason", "Stop: the customer withdrew the claim.")
     bob.click("#reject")
-    assert "the draft is now rejected" in wait_for_text(bob, "#decision-status", "rejected")
+    assert "the draft is rejected: it will not run" in wait_for_text(
+        bob, "#decision-status", "rejected"
+    )
     assert agent_view(stack, approved)["status"] == "rejected"
 
 
@@ -261,6 +265,8 @@ def test_a_passkey_enrols_and_approves_on_a_virtual_authenticator(new_context, s
     open_card(page, rejected)
     page.fill("#reject-reason", "Duplicate of an earlier refund.")
     page.click("#reject-passkey")
-    assert "the draft is now rejected" in wait_for_text(page, "#decision-status", "rejected")
+    assert "the draft is rejected: it will not run" in wait_for_text(
+        page, "#decision-status", "rejected"
+    )
     view = get_draft(stack.api_url, stack.demo["tokens"]["auditor"], rejected)
     assert [(a["key_id"], a["decision"]) for a in view["approvals"]] == [(key_id, "reject")]

@@ -62,6 +62,7 @@ from service.principal import Role
 from service.runtime import Runtime
 from service.sessions import card as cards
 from service.sessions import inbox as inboxes
+from service.sessions.card import WHERE_IT_STANDS
 from service.signing import generate_private_key, public_key_b64, sign
 from service.sql import utcnow
 from service.tokens import actions as tokens
@@ -543,7 +544,7 @@ def check_words(world: World, draft: Draft, expected: Answer, seen: dict[str, An
             )
         ).first()
     if draft.status is not DraftStatus.PROPOSED:
-        assert seen["alice may not approve"] == f"the draft is {draft.status.value}"
+        assert seen["alice may not approve"] == WHERE_IT_STANDS[draft.status]
     elif signed is not None:
         assert seen["alice may not approve"] == f"you have already signed revision {draft.revision}"
     else:

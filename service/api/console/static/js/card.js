@@ -106,11 +106,7 @@ async function signAndPost(draft, paramsSha256, { decision, passkey }) {
   const verb = decision === "approve" ? "approved" : "rejected";
   // The server's count (the execute gate's), never one of our own.
   const progress = updated.progress;
-  write(
-    "decision-status",
-    `${verb} revision ${draft.revision}; the draft is now ${updated.status} ` +
-      `(${progress.received} of ${progress.required} approvals)`,
-  );
+  write("decision-status", `${verb} revision ${draft.revision}; ${standing(updated, progress)}`);
   if (updated.status === "approved") {
     showExecute();
   }
@@ -223,3 +219,20 @@ async function wireCard() {
 }
 
 wireCard().catch((error) => write("decision-status", String(error)));
+
+// Where the draft stands after a decision, in words, from the server's count (the gate's).
+function standing(updated, progress) {
+  const count = `${progress.received} of ${progress.required} approvals`;
+  switch (updated.status) {
+    case "proposed": {
+      const missing = progress.required - progress.received;
+      return `${count}: it waits for ${missing} more`;
+    }
+    case "approved":
+      return `approved (${count}): it can be executed`;
+    case "rejected":
+      return "the draft is rejected: it will not run";
+    default:
+      return `the draft is ${updated.status} (${count})`;
+  }
+}
