@@ -3,7 +3,9 @@
 An agent writes strings an approver reads. A character in the categories below can hide or
 fake what is on a screen (terminal escapes, bidi overrides, invisible joiners), so inputs
 refuse them (``service.validation.SafeText``) and every renderer shows them escaped
-(``inert``), as defence in depth for text that came in some other way.
+(``inert``), as defence in depth for text that came in some other way. Free text may hold
+line feeds and tabs (DESIGN.md §3): a one-line renderer shows them escaped too (``inert``);
+a multi-line one shows the lines framed (``inert_lines``) so none can imitate its own.
 
 Beyond those categories, two things hide text too: Unicode's default-ignorable code points
 (drawn as nothing: Hangul fillers, the combining grapheme joiner, variation selectors, tag
@@ -48,6 +50,10 @@ _STARTS = tuple(first for first, _last in DEFAULT_IGNORABLE)
 PRESENTATION_SELECTORS = frozenset({"\ufe0e", "\ufe0f"})  # text / emoji style
 COMBINING_CATEGORIES = frozenset({"Mn", "Me"})
 MAX_COMBINING_RUN = 3  # enough for any real language's stacked diacritics
+# What free text may hold beyond printable characters: notes, reasons, mail bodies, file
+# contents and code are multi-line. Safety is the renderers' (inert_lines).
+LINE_WHITESPACE = frozenset({"\n", "\t"})
+TAB_AS = "    "
 
 
 def is_default_ignorable(character: str) -> bool:
@@ -62,13 +68,17 @@ def is_unsafe(character: str) -> bool:
     return unicodedata.category(character) in UNSAFE_CATEGORIES or is_default_ignorable(character)
 
 
-def _unsafe_positions(value: str) -> Iterator[int]:
-    """The index of every character that is unsafe where it stands."""
+def _unsafe_positions(value: str, *, multiline: bool = False) -> Iterator[int]:
+    """The index of every character that is unsafe where it stands (``multiline``: LF and
+    TAB are text, as in free text; DESIGN.md §3)."""
     run = 0  # combining marks on the current base
     shown_before = False  # the previous character is one that is drawn by itself
     for index, character in enumerate(value):
         if character in PRESENTATION_SELECTORS and shown_before:
             shown_before = False  # one selector per character
+            continue
+        if multiline and character in LINE_WHITESPACE:
+            run, shown_before = 0, False
             continue
         if is_unsafe(character):
             run, shown_before = 0, False
@@ -82,9 +92,10 @@ def _unsafe_positions(value: str) -> Iterator[int]:
         run, shown_before = 0, not character.isspace()
 
 
-def first_unsafe(value: str) -> str | None:
-    """The first unsafe character, described (``U+202E (RIGHT-TO-LEFT OVERRIDE)``), or None."""
-    for index in _unsafe_positions(value):
+def first_unsafe(value: str, *, multiline: bool = False) -> str | None:
+    """The first unsafe character, described (``U+202E (RIGHT-TO-LEFT OVERRIDE)``), or None.
+    ``multiline``: line feeds and tabs are allowed (free text)."""
+    for index in _unsafe_positions(value, multiline=multiline):
         character = value[index]
         if unicodedata.category(character) in COMBINING_CATEGORIES and not is_unsafe(character):
             return f"more than {MAX_COMBINING_RUN} combining marks on one character"
@@ -101,6 +112,14 @@ def inert(value: str) -> str:
     if not unsafe:
         return value
     return "".join(_escaped(c) if index in unsafe else c for index, c in enumerate(value))
+
+
+def inert_lines(value: str) -> list[str]:
+    """``value`` as the lines a multi-line renderer shows: split at each line feed, tabs as
+    four spaces, every other unsafe character a visible escape (as ``inert``). A renderer
+    must show them so that no line can pass for one of its own: a framed block in HTML, a
+    gutter in a terminal (``service.cli.common.echo_text``)."""
+    return [inert(line.replace("\t", TAB_AS)) for line in value.split("\n")]
 
 
 def _escaped(character: str) -> str:

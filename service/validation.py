@@ -36,31 +36,49 @@ class StrictInput(BaseModel):
 
 
 def _safe_text(value: str) -> str:
+    value = unicodedata.normalize("NFC", value.replace("\r\n", "\n"))
+    found = first_unsafe(value, multiline=True)
+    if found:
+        raise ValueError(
+            f"contains {found}, a control or invisible formatting character; send plain text "
+            "(line feeds and tabs are allowed)"
+        )
+    return value
+
+
+def _safe_line(value: str) -> str:
     value = unicodedata.normalize("NFC", value)
     found = first_unsafe(value)
     if found:
         raise ValueError(
-            f"contains {found}, a control or invisible formatting character; send plain text"
+            f"contains {found}, a control or invisible formatting character; send one line "
+            "of plain text"
         )
     return value
 
 
 def _safe_signed_text(value: str) -> str:
-    # Signed bytes cannot be normalised after signing: refuse what is not already NFC.
-    found = first_unsafe(value)
+    # Signed bytes cannot be normalised after signing: refuse what is not already NFC, and
+    # a carriage return (the signer sends line feeds only).
+    found = first_unsafe(value, multiline=True)
     if found:
         raise ValueError(
-            f"contains {found}, a control or invisible formatting character; send plain text"
+            f"contains {found}, a control or invisible formatting character; send plain text "
+            "(line feeds and tabs are allowed)"
         )
     if not unicodedata.is_normalized("NFC", value):
         raise ValueError("is not in Unicode normal form C; normalise it before signing")
     return value
 
 
-# Free text from an agent (or anyone): NFC-normalised, and refused if it holds a character
-# that could hide or fake what an approver reads. Use it for every free-text field.
+# Free text from an agent (or anyone): notes, reasons, descriptions, an upstream's strings.
+# CRLF becomes LF, NFC-normalised; line feeds and tabs are allowed (DESIGN.md §3: renderers
+# frame multi-line values), every other character that could hide or fake what an approver
+# reads is refused.
 SafeText = Annotated[str, AfterValidator(_safe_text)]
-# The same for text inside a signed statement, which is refused rather than normalised.
+# One line: a name, a label, an address part. The same refusals, and no line feed or tab.
+SafeLine = Annotated[str, AfterValidator(_safe_line)]
+# Free text inside a signed statement, which is refused rather than normalised.
 SignedText = Annotated[str, AfterValidator(_safe_signed_text)]
 
 

@@ -17,7 +17,7 @@ from service.approvals.schemas import Decision, signed_request, statement_for
 from service.canonical import canonical_json, params_sha256
 from service.cli import passphrase
 from service.cli.client import ApiClient, ApiProblem, ApiUrlOption, TokenOption
-from service.cli.common import JsonOption, echo, fail, print_json, print_table
+from service.cli.common import JsonOption, echo, echo_text, fail, print_json, print_table
 from service.cli.passphrase import unlock
 from service.signing import key_id_for, public_key_b64
 from service.sql import rfc3339_seconds, utcnow
@@ -286,7 +286,9 @@ def _render(draft: dict[str, Any]) -> None:
         f"draft {draft['draft_id']} — {draft['action']} revision {draft['revision']} "
         f"[{draft['status']}]"
     )
-    echo(f"  {draft['summary']}")
+    echo_text("", draft["summary"], name="summary")
+    if draft.get("status_reason"):
+        echo_text("reason: ", draft["status_reason"])
     echo(
         f"  proposed by {draft['proposed_by']['agent']} for "
         f"{draft['proposed_by']['on_behalf_of']}; risk {draft['risk']}; "
@@ -294,6 +296,8 @@ def _render(draft: dict[str, Any]) -> None:
     )
     echo(f"  policy: {draft['policy'].get('rule')}")
     echo(f"  params: {canonical_json(draft['params']).decode()}")
+    for path, text in _multiline_leaves(draft["params"]):
+        echo_text(f"{path}: ", text, indent="    ")
     echo(f"  params_sha256: {draft['params_sha256']}")
     progress = draft.get("progress") or {}
     approvers = ", ".join(progress.get("approvers") or []) or "none"
@@ -304,6 +308,22 @@ def _render(draft: dict[str, Any]) -> None:
             f"  {approval['decision']} by {approval['approver']} rev {approval['revision']}"
             f" — {counted}"
         )
+        if approval.get("reason"):
+            echo_text("reason: ", approval["reason"], indent="    ")
+
+
+def _multiline_leaves(value: Any, path: str = "") -> list[tuple[str, str]]:
+    """The params' strings that hold several lines, by where they are (``note``,
+    ``lines[1]``): the JSON above shows them escaped, these show them as written."""
+    if isinstance(value, str):
+        return [(path or "(value)", value)] if "\n" in value else []
+    if isinstance(value, dict):
+        items = [(f"{path}.{key}" if path else str(key), item) for key, item in value.items()]
+    elif isinstance(value, list):
+        items = [(f"{path}[{index}]", item) for index, item in enumerate(value)]
+    else:
+        return []
+    return [leaf for where, item in items for leaf in _multiline_leaves(item, where)]
 
 
 def _progress(progress: dict[str, Any] | None) -> str:

@@ -21,7 +21,7 @@ from service.config import Settings, get_settings
 from service.db import session_scope
 from service.errors import DomainError
 from service.runtime import Runtime, build_runtime
-from service.text import inert
+from service.text import inert, inert_lines
 
 OPERATOR = "operator:cli"
 T = TypeVar("T")
@@ -76,6 +76,22 @@ def fail(error: DomainError | str) -> NoReturn:
 def echo(line: str, *, err: bool = False) -> None:
     """Print a line for a person, any unsafe character in it shown as an escape."""
     typer.echo(inert(line), err=err)
+
+
+def echo_text(label: str, value: str, *, indent: str = "  ", name: str = "text") -> None:
+    """``label`` and free text an agent or a person wrote. Several lines go under a visible
+    gutter, each made inert, so that no line of it can pass for one of the CLI's own (a note
+    "ok\nAmount: 0.01 USD" never prints a line that starts with ``Amount:``)."""
+    if "\n" not in value:
+        echo(f"{indent}{label}{value}")
+        return
+    heading = label.rstrip().rstrip(":") or name
+    echo(f"{indent}{heading} ({value.count(chr(10)) + 1} lines):")
+    for line in inert_lines(value):
+        typer.echo(f"{indent}  {GUTTER} {line}")
+
+
+GUTTER = "│"
 
 
 def print_json(value: Any) -> None:

@@ -268,7 +268,7 @@ class _Builder:
                     problem = f"pattern {pattern!r} is not a regular expression: {exc}"
                     raise self.fail(path, problem) from None
             # The constraints before SafeText's validator, so the published schema keeps them;
-            # NFC first, so they hold for the text SafeText passes on (it normalises).
+            # CRLF and NFC first, so they hold for the text SafeText passes on (it normalises).
             return Annotated[
                 str,
                 Field(
@@ -377,7 +377,10 @@ def _within_safe_range(bounds: dict[str, Any]) -> dict[str, Any]:
 
 
 def _nfc(value: Any) -> Any:
-    return unicodedata.normalize("NFC", value) if isinstance(value, str) else value
+    """The text SafeText passes on (CRLF as LF, NFC), before the declared constraints."""
+    if not isinstance(value, str):
+        return value
+    return unicodedata.normalize("NFC", value.replace("\r\n", "\n"))
 
 
 def _class_name(name: str) -> str:

@@ -7,14 +7,14 @@ from pydantic import BaseModel, Field
 
 from service.keys.models import CredentialKind, EnrolmentStatus
 from service.tokens.schemas import SUBJECT_PATTERN, TENANT_PATTERN
-from service.validation import SafeText, StrictInput
+from service.validation import SafeLine, SafeText, StrictInput
 
 
 class KeyRegistration(StrictInput):
     tenant: str = Field(pattern=TENANT_PATTERN)
     approver: str = Field(pattern=SUBJECT_PATTERN)
     public_key: str = Field(pattern=r"^[A-Za-z0-9_-]{43}$", description="Raw key, base64url.")
-    label: SafeText = Field(default="", max_length=200)
+    label: SafeLine = Field(default="", max_length=200)
 
 
 class KeyInfo(BaseModel):
@@ -32,7 +32,7 @@ class KeyEnrolmentRequest(StrictInput):
     """Body of POST /v1/me/key-enrolments: a public key the approver made (in a browser)."""
 
     public_key: str = Field(pattern=r"^[A-Za-z0-9_-]{43}$", description="Raw key, base64url.")
-    label: SafeText = Field(default="", max_length=200)
+    label: SafeLine = Field(default="", max_length=200)
 
 
 class PasskeyRegistrationRequest(StrictInput):
@@ -43,7 +43,7 @@ class PasskeyRegistrationRequest(StrictInput):
         description="The RegistrationResponseJSON: id, rawId, type, response "
         "(clientDataJSON, attestationObject, transports), base64url."
     )
-    label: SafeText = Field(default="", max_length=200)
+    label: SafeLine = Field(default="", max_length=200)
 
 
 class EnrolmentDecision(StrictInput):
@@ -57,7 +57,7 @@ class AdminKeyRegistration(StrictInput):
 
     approver: str = Field(pattern=SUBJECT_PATTERN)
     public_key: str = Field(pattern=r"^[A-Za-z0-9_-]{43}$", description="Raw key, base64url.")
-    label: SafeText = Field(default="", max_length=200)
+    label: SafeLine = Field(default="", max_length=200)
 
 
 class PasskeyInfo(BaseModel):

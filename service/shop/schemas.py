@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from service.masking import mask_phone
 from service.money import AmountView, Money
 from service.shop.models import OrderStatus
-from service.validation import SafeText, StrictInput
+from service.validation import SafeLine, SafeText, StrictInput
 
 ORDER_ID_PATTERN = r"^ORD-[0-9]{4,20}$"
 
@@ -23,7 +23,7 @@ OrderId = Annotated[
         examples=["ORD-1001"],
     ),
 ]
-Line = Annotated[SafeText, Field(min_length=1, max_length=100)]
+Line = Annotated[SafeLine, Field(min_length=1, max_length=100)]
 
 
 # --- inputs -------------------------------------------------------------------------------
@@ -73,10 +73,10 @@ class CancelOrderInput(StrictInput):
 class Address(StrictInput):
     """A postal address. Only district, city and country ever leave the system unmasked."""
 
-    recipient: SafeText = Field(min_length=1, max_length=100)
+    recipient: SafeLine = Field(min_length=1, max_length=100)
     lines: list[Line] = Field(min_length=1, max_length=3, description="Street lines, 1-3.")
-    district: SafeText = Field(min_length=1, max_length=100)
-    city: SafeText = Field(min_length=1, max_length=100)
+    district: SafeLine = Field(min_length=1, max_length=100)
+    city: SafeLine = Field(min_length=1, max_length=100)
     postal_code: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9 -]{1,10}$")
     country: str = Field(pattern=r"^[A-Z]{2}$", description="ISO 3166-1 alpha-2 code.")
     phone: str | None = Field(default=None, pattern=r"^\+?[0-9]{6,15}$")

@@ -5,7 +5,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from service.principal import Role
-from service.validation import SafeText, StrictInput
+from service.validation import SafeLine, StrictInput
 
 TENANT_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 SUBJECT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}$"
@@ -18,7 +18,7 @@ class TokenRequest(StrictInput):
     subject: str = Field(pattern=SUBJECT_PATTERN)
     role: Role
     on_behalf_of: str | None = Field(default=None, pattern=SUBJECT_PATTERN)
-    label: SafeText = Field(default="", max_length=200)
+    label: SafeLine = Field(default="", max_length=200)
 
 
 class IssuedToken(BaseModel):

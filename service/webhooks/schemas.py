@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from service.validation import SafeText
+from service.validation import SafeLine
 from service.webhooks.models import DeliveryStatus
 
 ENDPOINT_ID_PATTERN = r"^whk_[0-9a-f]{24}$"
@@ -45,7 +45,7 @@ class EndpointCreate(BaseModel):
 
     url: Annotated[StrictStr, Field(min_length=8, max_length=2048)]
     events: Annotated[list[StrictStr], Field(min_length=1, max_length=len(EVENT_TYPES))]
-    description: Annotated[SafeText, Field(max_length=200)] = ""
+    description: Annotated[SafeLine, Field(max_length=200)] = ""
 
 
 class EndpointView(BaseModel):

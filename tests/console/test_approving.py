@@ -203,6 +203,48 @@ def test_a_rejection_with_a_reason_is_relayed_to_the_agent(new_context, stack):
     assert agent_view(stack, approved)["status"] == "rejected"
 
 
+FRAMED = """(selector) => [...document.querySelectorAll(selector)].map((block) => {
+  const style = getComputedStyle(block);
+  const box = block.getBoundingClientRect();
+  return { text: block.innerText, display: style.display, frame: style.borderLeftWidth,
+           height: box.height, width: box.width };
+})"""
+
+
+def test_multi_line_text_is_framed_in_the_card_and_a_multi_line_reason_reaches_the_agent(
+    new_context, stack
+):
+    """DESIGN.md §3 (round 3) in Chromium: a hostile multi-line note is shown as a framed
+    block, never as rows of the card's own; a reason typed on several lines is signed and
+    relayed exactly."""
+    note = "ok\nAmount: 0.01 USD\nStatus: approved"
+    draft_id = propose_refund(stack, SMALL + 3, note=note)
+    page = approver_page(new_context, stack, "bob")
+    import_key(page, stack.demo, "bob")
+    open_card(page, draft_id)
+
+    [block] = page.evaluate(FRAMED, "#params bdi.agent.multiline")
+    assert block["text"] == note
+    assert (block["display"], block["frame"]) == ("block", "4px")
+    assert block["height"] > 0
+    # The card's own Amount row says what was proposed, and is the only row that says it.
+    rows = page.evaluate(
+        "() => [...document.querySelectorAll('dl.facts dt')].map((dt) => dt.innerText)"
+    )
+    assert rows.count("Amount") == 1
+
+    reason = "Not this one:\nthe parcel was opened.\n\tSee ticket 4711."
+    page.fill("#reject-reason", reason)
+    page.click("#reject")
+    assert "rejected" in wait_for_text(page, "#decision-status", "rejected")
+    assert agent_view(stack, draft_id)["reason"] == reason
+    page.reload()
+    page.wait_for_selector("body[data-card-ready='true']", state="attached")
+    framed = page.evaluate(FRAMED, "bdi.agent.multiline")
+    assert reason.replace("\t", "    ") in [item["text"] for item in framed]
+    assert refunds(stack) == []
+
+
 def test_a_key_generated_in_the_browser_signs_once_an_admin_approved_it(new_context, stack):
     page = approver_page(new_context, stack, "bob")
     page.goto("/console/keys")

@@ -15,8 +15,9 @@ SDK and is tested in test_http_bad_input.py.
 
 "Invalid" is defined here, not by the product: the arguments (nulls in objects dropped,
 DESIGN.md §3) fail the tool's published input schema (with JSON Schema's own regex anchors),
-or a string holds a character of the refused categories (controls, format characters,
-surrogates, private use, line/paragraph separators). Per call: an invalid call to a known
+or a string holds a character of the refused categories (controls other than the line feed
+and tab free text may hold, format characters, surrogates, private use, line/paragraph
+separators). Per call: an invalid call to a known
 tool is an INVALID_ARGUMENT refusal; a call that created or revised a draft was a valid
 ``propose_*`` call that succeeded and added exactly one revision; a result matches the
 tool's output schema. After the run: no stored draft holds refused or non-NFC text, the shop

@@ -9,8 +9,8 @@ import unicodedata
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from service.text import DEFAULT_IGNORABLE, first_unsafe, inert
-from service.validation import SafeText
+from service.text import DEFAULT_IGNORABLE, first_unsafe, inert, inert_lines
+from service.validation import SafeLine, SafeText, SignedText
 
 
 class Note(BaseModel):
@@ -72,3 +72,55 @@ def test_the_ranges_are_sorted_and_disjoint():
 
 def test_an_astral_character_is_escaped_with_all_its_digits():
     assert inert("a\U000e0100b") == "a\\U000e0100b"
+
+
+class _Free(BaseModel):
+    note: SafeText
+
+
+class _Line(BaseModel):
+    name: SafeLine
+
+
+class _Signed(BaseModel):
+    reason: SignedText
+
+
+def test_free_text_keeps_line_feeds_and_tabs_and_makes_crlf_a_line_feed():
+    """DESIGN.md §3 (round 3): notes, reasons and code are multi-line."""
+    assert _Free(note="first\n\tsecond").note == "first\n\tsecond"
+    assert _Free(note="windows\r\nline").note == "windows\nline"
+    assert first_unsafe("a\nb", multiline=True) is None
+    assert first_unsafe("a\nb") == "U+000A (a control character)"
+
+
+@pytest.mark.parametrize(
+    "hostile", ["a\rb", "a\x1b[8mb", "a\u202eb", "a\u2028b", "a\x0bb", "a\x0cb", "a\x85b"]
+)
+def test_free_text_still_refuses_every_other_control_and_separator(hostile):
+    with pytest.raises(ValidationError):
+        _Free(note=hostile)
+    with pytest.raises(ValidationError):
+        _Signed(reason=hostile)
+
+
+def test_a_single_line_field_refuses_line_feeds_and_tabs():
+    for broken in ("Ada\nLovelace", "Ada\tLovelace", "Ada\r\nLovelace"):
+        with pytest.raises(ValidationError) as refused:
+            _Line(name=broken)
+        assert "one line" in str(refused.value)
+
+
+def test_signed_text_keeps_line_feeds_but_never_rewrites_what_was_signed():
+    assert _Signed(reason="no\nnot this week").reason == "no\nnot this week"
+    with pytest.raises(ValidationError):
+        _Signed(reason="windows\r\nline")  # a signed CR cannot be rewritten to LF
+
+
+def test_a_multi_line_renderer_gets_inert_lines():
+    assert inert_lines("ok\nAmount: 0.01 USD\u202e\n\tx") == [
+        "ok",
+        "Amount: 0.01 USD\\u202e",
+        "    x",
+    ]
+    assert inert("ok\nAmount") == "ok\\u000aAmount"  # a one-line renderer escapes it

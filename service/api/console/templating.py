@@ -3,8 +3,10 @@
 Agent-controlled strings go through ``inert``: control, format (bidi, zero-width) and
 separator characters become visible escapes (service.text.inert), the rest is HTML-escaped by
 autoescape, and the result sits in a ``<bdi>`` so right-to-left text cannot reorder what
-surrounds it. JSON for scripts goes through ``json_script``: ``<``, ``>``, ``&`` and
-U+2028/U+2029 are written as JSON escapes, so no value can close the ``<script>`` element.
+surrounds it. Free text may be multi-line (DESIGN.md §3): its lines are shown in a framed
+block (``bdi.agent.multiline`` in console.css). JSON for scripts goes through
+``json_script``: ``<``, ``>``, ``&`` and U+2028/U+2029 are written as JSON escapes, so no
+value can close the ``<script>`` element.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import jinja2
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup, escape
 
-from service.text import inert
+from service.text import inert, inert_lines
 
 HERE = Path(__file__).resolve().parent
 STATIC_DIR = HERE / "static"
@@ -33,9 +35,14 @@ _JSON_ESCAPES = {
 
 
 def inert_html(value: Any) -> Markup:
-    """Agent text as inert HTML: escaped, unsafe characters visible, bidi-isolated."""
+    """Agent text as inert HTML: escaped, unsafe characters visible, bidi-isolated. A
+    multi-line value is a visibly framed block of its own (``agent multiline``), so none of
+    its lines can pass for one of the page's own (an ``Amount`` row, a status line)."""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return Markup('<bdi class="agent">') + escape(inert(text)) + Markup("</bdi>")
+    if "\n" not in text:
+        return Markup('<bdi class="agent">') + escape(inert(text)) + Markup("</bdi>")
+    lines = Markup("\n").join(escape(line) for line in inert_lines(text))
+    return Markup('<bdi class="agent multiline">') + lines + Markup("</bdi>")
 
 
 def json_script(value: Any) -> Markup:

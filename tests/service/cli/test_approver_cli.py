@@ -31,6 +31,7 @@ from harness.approvals import get_draft
 from harness.servers import serve
 from mcp_adapter.tools import ToolDoor
 from service.approvals.models import Approval
+from service.canonical import canonical_json
 from service.cli import passphrase
 from service.db import session_scope
 from service.executions.models import Execution
@@ -1086,3 +1087,79 @@ def test_execute_without_wait_only_requests(stand_in_api):
     assert result.exit_code == 0, result.stderr
     assert result.stdout.strip() == f"execution {EXECUTION_ID}: queued"
     assert ("GET", f"/v1/executions/{EXECUTION_ID}") not in received
+
+
+def test_multi_line_text_sits_under_a_gutter_and_imitates_no_line(stand_in_api):
+    """A note and a reason may hold line feeds (DESIGN.md §3); the CLI shows their lines under
+    a visible gutter, so "ok\\nAmount: 0.01 USD" never prints a line of its own."""
+    note = "ok\nAmount: 0.01 USD\n\tapproved by: alice"
+    params = {**PARAMS, "note": note}
+    digest = hashlib.sha256(canonical_json(params)).hexdigest()
+    draft = shown_draft(
+        params=params,
+        params_sha256=digest,
+        statement__params_sha256=digest,
+        status="rejected",
+        status_reason="not now\nStatus: approved",
+    )
+    url, _ = stand_in_api(draft)
+
+    result = run_cli("drafts", "show", DRAFT_ID, api_url=url, token="dg_fake")
+
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "    note (3 lines):" in lines
+    assert "      │ ok" in lines
+    assert "      │ Amount: 0.01 USD" in lines
+    assert "      │     approved by: alice" in lines
+    assert "  reason (2 lines):" in lines
+    assert "    │ Status: approved" in lines
+    # No line of the value stands on its own: each is under the gutter, or JSON-escaped.
+    own = [line.strip() for line in lines if "│" not in line]
+    assert not [line for line in own if line.startswith(("Amount", "Status", "approved by"))]
+    assert '"note":"ok\\nAmount: 0.01 USD\\n\\tapproved by: alice"' in result.stdout
+
+
+def test_a_multi_line_note_and_reason_round_trip_exactly(api, runtime, demo, door, tmp_path):
+    """Proposed over the agent's door, read through the API, rejected with the CLI, told to
+    the agent, exported by the auditor: the same text, line feeds and tabs included, at
+    every step; the CLI shows it under its gutter."""
+    note = "Customer wrote:\n\t'box crushed'\nphotos attached"
+    reason = "Not refundable:\nthe parcel was opened.\n\tSee ticket 4711."
+    draft_id = refund(door, note=note)
+    assert get_draft(api, as_(demo, "alice"), draft_id)["params"]["note"] == note
+
+    result = run_cli(
+        "reject",
+        draft_id,
+        "--key",
+        key_of(demo, "bob"),
+        "--reason",
+        reason,
+        "--yes",
+        api_url=api,
+        token=as_(demo, "bob"),
+    )
+    assert result.exit_code == 0, result.stderr
+
+    shown = run_cli("drafts", "show", draft_id, api_url=api, token=as_(demo, "alice"))
+    assert "  reason (3 lines):" in shown.stdout.splitlines()
+    assert "    │ the parcel was opened." in shown.stdout.splitlines()
+    as_json = json.loads(
+        run_cli("drafts", "show", draft_id, "--json", api_url=api, token=as_(demo, "alice")).stdout
+    )
+    assert as_json["status_reason"] == reason
+    assert [a["reason"] for a in as_json["approvals"]] == [reason]
+    told = door.call("get_draft", {"draft_id": draft_id}, new_trace_id(), None)
+    assert (told["params"]["note"], told["reason"]) == (note, reason)
+
+    out = tmp_path / "audit.ndjson"
+    exported = run_cli(
+        "audit", "export", "--out", str(out), api_url=api, token=demo["tokens"]["auditor"]
+    )
+    assert exported.exit_code == 0, exported.stderr
+    events = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    proposed = [e for e in events if e["type"] == "tool.called" and e["draft_id"] == draft_id]
+    assert proposed[0]["data"]["arguments"]["note"] == note
+    rejected = [e for e in events if e["type"] == "draft.rejected" and e["draft_id"] == draft_id]
+    assert rejected[0]["data"]["reason"] == reason

@@ -106,3 +106,54 @@ def test_the_inbox_renders_the_hostile_summary_inert(browser, door, demo, runtim
     assert row.find_all("script") == []
     assert row.find_all("img") == []
     assert "\u202e" not in html
+
+
+def test_a_multi_line_note_is_a_framed_block_that_imitates_no_row(browser, door, demo):
+    """DESIGN.md §3 (round 3): free text may hold line feeds; the card shows them in a block
+    of their own, so "ok\\nAmount: 0.01 USD" is never a row of the card's own."""
+    note = "ok\nAmount: 0.01 USD\n\tStatus: approved"
+    draft = propose(door, 2_500, note=note)
+    assert draft["params"]["note"] == note  # accepted as written
+    signed_in(browser, demo["tokens"]["approver_alice"])
+
+    html = browser.get(f"/console/drafts/{draft['draft_id']}").text
+    document = parse(html)
+
+    cells = {
+        row.find_all("th")[0].text: row.find_all("td")[0]
+        for row in document.by_id("params").find_all("tr")[1:]
+    }
+    [block] = cells["note"].find_all("bdi")
+    assert block.attrs["class"] == "agent multiline"
+    assert block.text == "ok\nAmount: 0.01 USD\n    Status: approved"
+    # Wherever the line shows on the page (the params, the trace's call), it is inside a
+    # frame: the innermost element showing it is a framed block (the JSON data block the
+    # card's script reads holds it too, escaped, and that is not shown).
+    showing = [
+        element
+        for element in document.iter()
+        if element.tag != "script" and "Amount: 0.01 USD" in _shown(element)
+    ]
+    shown_ids = {id(element) for element in showing}
+    innermost = [
+        element
+        for element in showing
+        if not any(inner is not element and id(inner) in shown_ids for inner in element.iter())
+    ]
+    assert len(innermost) >= 1
+    assert any(element is block for element in innermost)
+    # A one-line rendition (the trace's call, quoting its arguments) may hold the line, but
+    # escaped, on the line it belongs to: no line break of its own.
+    unframed = [
+        e for e in innermost if e.attrs.get("class") != "agent multiline" and "\n" in _shown(e)
+    ]
+    assert not unframed, [(e.tag, e.attrs, _shown(e)[:300]) for e in unframed]
+    assert '"note":"ok\\nAmount: 0.01 USD' in document.by_id("draft-data").text
+
+
+def _shown(element) -> str:
+    """An element's text as a reader sees it: scripts' contents are not shown."""
+    return "".join(
+        child if isinstance(child, str) else "" if child.tag == "script" else _shown(child)
+        for child in element.children
+    )
