@@ -102,6 +102,21 @@ def key_of(demo: dict[str, Any], who: str) -> str:
     return str(demo["approvers"][who]["private_key_file"])
 
 
+def reject_as(api: str, demo: dict[str, Any], draft_id: str, who: str, reason: str) -> Result:
+    """``draftgate reject … --reason … --yes`` as ``who``; the CLI's result."""
+    return run_cli(
+        "reject",
+        draft_id,
+        "--key",
+        key_of(demo, who),
+        "--reason",
+        reason,
+        "--yes",
+        api_url=api,
+        token=as_(demo, who),
+    )
+
+
 def approve_as(api: str, demo: dict[str, Any], draft_id: str, who: str) -> None:
     result = run_cli(
         "approve", draft_id, "--key", key_of(demo, who), "--yes", api_url=api, token=as_(demo, who)
@@ -371,17 +386,7 @@ def test_reject_with_a_reason_ends_the_draft(api, runtime, demo, door):
     draft_id = refund(door)
     reason = "Customer already got a replacement."
 
-    result = run_cli(
-        "reject",
-        draft_id,
-        "--key",
-        key_of(demo, "bob"),
-        "--reason",
-        reason,
-        "--yes",
-        api_url=api,
-        token=as_(demo, "bob"),
-    )
+    result = reject_as(api, demo, draft_id, "bob", reason)
 
     assert result.exit_code == 0, result.stderr
     assert "rejected: draft is rejected" in result.stdout
@@ -1129,17 +1134,7 @@ def test_a_multi_line_note_and_reason_round_trip_exactly(api, runtime, demo, doo
     draft_id = refund(door, note=note)
     assert get_draft(api, as_(demo, "alice"), draft_id)["params"]["note"] == note
 
-    result = run_cli(
-        "reject",
-        draft_id,
-        "--key",
-        key_of(demo, "bob"),
-        "--reason",
-        reason,
-        "--yes",
-        api_url=api,
-        token=as_(demo, "bob"),
-    )
+    result = reject_as(api, demo, draft_id, "bob", reason)
     assert result.exit_code == 0, result.stderr
 
     shown = run_cli("drafts", "show", draft_id, api_url=api, token=as_(demo, "alice"))
