@@ -12,8 +12,10 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import anyio
+from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.auth.routes import cors_middleware
 from starlette.requests import Request
@@ -111,6 +113,16 @@ def authenticate_for_mcp(
         # only draftgate tokens are taken.
         audience=runtime.settings.mcp_public_url if door == DOOR else None,
     )
+
+
+def request_caller(ctx: Any) -> tuple[Principal | None, str | None]:
+    """Who sent this MCP request and in which trace: the principal of its verified access
+    token (None over stdio, where the door proves the configured token), and its
+    ``traceparent`` header (None without one, or over stdio)."""
+    request = getattr(ctx, "request", None)
+    traceparent = request.headers.get("traceparent") if request is not None else None
+    access_token = get_access_token()
+    return (principal_from(access_token) if access_token is not None else None), traceparent
 
 
 def principal_from(access_token: AccessToken) -> Principal:

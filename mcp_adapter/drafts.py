@@ -17,11 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types as types
-from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from mcp_adapter.auth import principal_from
+from mcp_adapter.auth import request_caller
 from service.drafts.schemas import (
     DRAFT_ID_PATTERN,
     DRAFT_URI_TEMPLATE,
@@ -76,10 +75,8 @@ def wants_tasks(ctx: Any) -> bool:
 
 def caller(ctx: Any) -> tuple[Principal | None, str]:
     """The principal of the request's access token (None over stdio) and its trace id."""
-    request = getattr(ctx, "request", None)
-    traceparent = request.headers.get("traceparent") if request is not None else None
-    token = get_access_token()
-    return (principal_from(token) if token is not None else None), trace_id_from(traceparent)
+    principal, traceparent = request_caller(ctx)
+    return principal, trace_id_from(traceparent)
 
 
 def tool_result(view: dict[str, Any]) -> types.CallToolResult:

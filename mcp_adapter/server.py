@@ -23,7 +23,7 @@ from mcp_adapter.drafts import TASKS_EXTENSION, DraftMethods, TaskIdParams, Upda
 from mcp_adapter.health import readyz_route
 from mcp_adapter.metrics import metrics_route
 from mcp_adapter.push import DraftHub, ListenDoor
-from mcp_adapter.tools import ToolDoor, ToolHandlers, mcp_tools, proposal_tools
+from mcp_adapter.tools import ToolDoor, ToolHandlers, draft_tools, mcp_tools
 from service.db import unavailable
 from service.guards import AddressLimit, BodyLimit, Outage
 from service.runtime import Runtime
@@ -44,7 +44,7 @@ def create_mcp_server(runtime: Runtime, *, stdio_token: str | None = None) -> Se
     """A low-level MCP server offering the registry's tools. Over HTTP it authenticates with
     our tokens (see ``create_http_app``); over stdio every call is made with ``stdio_token``."""
     door = ToolDoor(runtime, stdio_token=stdio_token)
-    handlers = ToolHandlers(door, mcp_tools(runtime), proposal_tools(runtime))
+    handlers = ToolHandlers(door, mcp_tools(runtime), draft_tools(runtime))
     known_tools(tool.name for tool in handlers.tools)  # span names: ours only (telemetry)
     drafts = DraftMethods(door)
     server = Server(

@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Any
 
 import anyio
-from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.types import (
     CallToolRequestParams,
     CallToolResult,
@@ -29,7 +28,7 @@ from mcp.types import (
 
 from mcp_adapter import drafts
 from mcp_adapter import metrics as tool_metrics
-from mcp_adapter.auth import DOOR, authenticate_for_mcp, principal_from
+from mcp_adapter.auth import DOOR, authenticate_for_mcp, request_caller
 from mcp_adapter.errors import as_tool_error
 from service.audit.refusals import Refusal, Throttle, record_refusal, record_refusal_apart
 from service.db import unavailable
@@ -131,10 +130,12 @@ def mcp_tools(runtime: Runtime) -> list[Tool]:
     return [_tool(spec) for spec in toolcalls.catalog(runtime.registry)]
 
 
-def proposal_tools(runtime: Runtime) -> frozenset[str]:
-    return frozenset(
-        spec.name for spec in toolcalls.catalog(runtime.registry) if spec.kind is ToolKind.PROPOSE
-    )
+def draft_tools(runtime: Runtime) -> dict[str, ToolKind]:
+    """The tools whose answer is a draft (``propose_*``, ``get_draft``), by kind."""
+    kinds = (ToolKind.PROPOSE, ToolKind.DRAFT_STATUS)
+    return {
+        spec.name: spec.kind for spec in toolcalls.catalog(runtime.registry) if spec.kind in kinds
+    }
 
 
 def _tool(spec: ToolSpec) -> Tool:
@@ -160,8 +161,9 @@ class ToolHandlers:
 
     door: ToolDoor
     tools: list[Tool]
-    # The propose_* tools: a client that declares the tasks extension gets a task for each.
-    proposals: frozenset[str] = frozenset()
+    # The tools that answer with a draft (``draft_tools``): linked to its resource, and a
+    # proposal is a task for a client that declares the tasks extension.
+    draft_kinds: dict[str, ToolKind] = field(default_factory=dict)
 
     @cached_property
     def by_name(self) -> dict[str, Tool]:
@@ -181,10 +183,7 @@ class ToolHandlers:
         the stdio token, the work itself in a thread; every refusal a structured error. A
         draft comes back with a link to its resource, and as a task (``resultType: task``)
         when the client declared the tasks extension on this call."""
-        request = getattr(ctx, "request", None)
-        traceparent = request.headers.get("traceparent") if request is not None else None
-        access_token = get_access_token()
-        principal = principal_from(access_token) if access_token is not None else None
+        principal, traceparent = request_caller(ctx)
         # The name is the model's text: one not in the catalogue names no span and no series.
         known = params.name if params.name in self.by_name else None
         # The span first: the trace id the core records is the span's (service.tracing).
@@ -203,11 +202,12 @@ class ToolHandlers:
                 span.finish(error.code)
                 return as_tool_error(error)
             span.finish("ok", draft_id=result.get("draft_id"))
-        if params.name not in self.proposals and params.name != "get_draft":  # a read's answer
+        kind = self.draft_kinds.get(params.name)
+        if kind is None:  # a read's answer
             return CallToolResult(
                 content=[TextContent(type="text", text=json.dumps(result, ensure_ascii=False))],
                 structured_content=result,
             )
-        if params.name in self.proposals and drafts.wants_tasks(ctx):
+        if kind is ToolKind.PROPOSE and drafts.wants_tasks(ctx):
             return {**drafts.task(result), "resultType": "task"}
         return drafts.tool_result(result)

@@ -33,7 +33,6 @@ from service.drafts.schemas import (
     draft_uri,
 )
 from service.drafts.state import expire_if_due, reason_at, status_at
-from service.errors import invalid_argument
 from service.executions import repository as executions
 from service.policies.schemas import AppliedPolicy, PolicyConfig
 from service.principal import Principal, Role
@@ -295,12 +294,7 @@ def unfinished_for_agent(
     ctx.principal.require(Role.AGENT)
     after = None
     if cursor is not None:
-        position = cursors.decode(AGENT_PAGE_CURSOR, cursor)
-        try:
-            created_at, last_id = position
-            after = (datetime.fromisoformat(created_at), str(last_id))
-        except (TypeError, ValueError):  # pragma: no cover - the MAC says we wrote it
-            raise invalid_argument("The cursor is not one this server returned.") from None
+        after = repository.newest_first_after(cursors, AGENT_PAGE_CURSOR, cursor)
     rows = repository.unfinished_page(
         ctx.session,
         ctx.principal.tenant,
@@ -324,9 +318,7 @@ def unfinished_for_agent(
             )
             for draft in rows
         ],
-        next_cursor=cursors.encode(
-            AGENT_PAGE_CURSOR, [rows[-1].created_at.isoformat(), rows[-1].id]
-        )
+        next_cursor=repository.newest_first_cursor(cursors, AGENT_PAGE_CURSOR, rows[-1])
         if more
         else None,
     )

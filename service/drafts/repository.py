@@ -11,6 +11,7 @@ from sqlalchemy import delete
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
+from service.cursors import CursorCodec
 from service.drafts.models import (
     FINAL_STATUSES,
     OPEN_STATUSES,
@@ -19,6 +20,7 @@ from service.drafts.models import (
     DraftStatus,
     IdempotencyKey,
 )
+from service.errors import invalid_argument
 from service.sql import insert_or_ignore
 
 
@@ -158,6 +160,21 @@ def unfinished_page(
         ~(col(Draft.status).in_([s.value for s in OPEN_STATUSES]) & (col(Draft.expires_at) <= now)),
     )
     return _newest_first(session, statement, after=after, limit=limit)
+
+
+def newest_first_cursor(cursors: CursorCodec, kind: str, last: Draft) -> str:
+    """The cursor of the page after ``last`` in a newest-first list (``kind``: which list)."""
+    return cursors.encode(kind, [last.created_at.isoformat(), last.id])
+
+
+def newest_first_after(cursors: CursorCodec, kind: str, cursor: str) -> tuple[datetime, str]:
+    """The (created_at, id) position a newest-first cursor of ``kind`` holds."""
+    position = cursors.decode(kind, cursor)
+    try:
+        created_at, draft_id = position
+        return datetime.fromisoformat(created_at), str(draft_id)
+    except (TypeError, ValueError):  # pragma: no cover - the MAC says we wrote it
+        raise invalid_argument("The cursor is not one this server returned.") from None
 
 
 def _newest_first(

@@ -8,7 +8,6 @@ from sqlmodel import Session
 
 from service.approvals import progress
 from service.approvals.actions import statement_to_sign
-from service.cursors import CursorCodec
 from service.drafts import repository
 from service.drafts.errors import draft_unavailable
 from service.drafts.models import Draft, DraftStatus
@@ -24,7 +23,6 @@ from service.drafts.schemas import (
     amount_of,
 )
 from service.drafts.state import reason_at, status_at
-from service.errors import invalid_argument
 from service.executions import repository as executions_repository
 from service.principal import Principal, Role
 from service.runtime import Runtime
@@ -52,7 +50,9 @@ def list_drafts(
         principal.tenant,
         status=status,
         action=action,
-        after=_position(runtime.cursors, cursor) if cursor else None,
+        after=repository.newest_first_after(runtime.cursors, CURSOR_KIND, cursor)
+        if cursor
+        else None,
         limit=limit + 1,
         now=now,
     )
@@ -62,7 +62,7 @@ def list_drafts(
     return DraftPage(
         drafts=[_summary(draft, standings[draft.id], now) for draft in rows],
         next_cursor=(
-            runtime.cursors.encode(CURSOR_KIND, [rows[-1].created_at.isoformat(), rows[-1].id])
+            repository.newest_first_cursor(runtime.cursors, CURSOR_KIND, rows[-1])
             if more and rows
             else None
         ),
@@ -159,12 +159,3 @@ def _summary(draft: Draft, standing: progress.ApprovalProgress, now: datetime) -
         created_at=draft.created_at,
         expires_at=draft.expires_at,
     )
-
-
-def _position(cursors: CursorCodec, cursor: str) -> tuple[datetime, str]:
-    position = cursors.decode(CURSOR_KIND, cursor)
-    try:
-        created_at, draft_id = position
-        return datetime.fromisoformat(created_at), str(draft_id)
-    except (TypeError, ValueError):  # pragma: no cover - the MAC says we wrote it
-        raise invalid_argument("The cursor is not one this API returned.") from None
