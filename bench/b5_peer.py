@@ -39,7 +39,6 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -67,12 +66,13 @@ from bench.common import (
 )
 from bench.peers import langgraph_refund as peer
 from bench.stack import bench_deployment
+from harness.orders import Orders
 from service.approvals.schemas import Decision, signed_request, statement_for
 from service.canonical import params_sha256
 from service.config import Settings
 from service.db import make_engine, session_scope
 from service.principal import Principal, Role
-from service.shop.models import Customer, Order, OrderItem, OrderStatus, Refund
+from service.shop.models import Order, Refund
 from service.shop.seed import DEMO_CUSTOMER
 from service.signing import generate_private_key, key_id_for, load_private_key, public_key_b64
 from service.sql import rfc3339_seconds, utcnow
@@ -80,7 +80,6 @@ from service.sql import rfc3339_seconds, utcnow
 NAME = "b5_peer"
 TENANT = "demo"
 AMOUNT_MINOR = 2_500  # 25.00 USD: one approver under the reference policy
-ORDER_TOTAL_MINOR = 10_000
 POLL_SECONDS = 0.005  # the approver's client asks for the execution's status this often
 FLOW_TIMEOUT_SECONDS = 60.0
 WORKER_PROCESSES = 2
@@ -101,66 +100,6 @@ MODES = {
     "quick": Plan(flows=12, warmup=2, rounds=2, concurrency=(1,), seconds=8),
     "full": Plan(flows=500, warmup=10, rounds=10, concurrency=(1, 4), seconds=200),
 }
-
-
-# --- seeding ---------------------------------------------------------------------------------
-
-
-class Orders:
-    """Delivered USD orders of the demo customer, one per flow, handed out in order."""
-
-    def __init__(self, engine: Any, prefix: int) -> None:
-        self._engine = engine
-        self._prefix = prefix
-        self._next = 0
-
-    def take(self, count: int) -> list[str]:
-        numbers = [f"ORD-{self._prefix}{self._next + i:07d}" for i in range(count)]
-        self._next += count
-        _seed_orders(self._engine, numbers)
-        return numbers
-
-
-def _seed_orders(engine: Any, numbers: Sequence[str]) -> None:
-    now = utcnow()
-    with session_scope(engine) as session:
-        customer = session.exec(
-            select(Customer).where(
-                col(Customer.tenant) == TENANT, col(Customer.external_ref) == DEMO_CUSTOMER
-            )
-        ).one()
-        assert customer.id is not None
-        orders = [_order(customer, number, now) for number in numbers]
-        session.add_all(orders)
-        session.flush()
-        for order in orders:
-            assert order.id is not None
-            session.add(
-                OrderItem(
-                    order_id=order.id,
-                    sku="BENCH-1",
-                    name="Bench item",
-                    quantity=1,
-                    unit_price_minor=ORDER_TOTAL_MINOR,
-                )
-            )
-
-
-def _order(customer: Customer, number: str, now: Any) -> Order:
-    assert customer.id is not None
-    return Order(
-        tenant=TENANT,
-        order_number=number,
-        customer_id=customer.id,
-        status=OrderStatus.DELIVERED.value,
-        currency="USD",
-        total_minor=ORDER_TOTAL_MINOR,
-        shipping_address={"city": "London", "country": "GB"},
-        created_at=now - timedelta(days=4),
-        paid_at=now - timedelta(days=4),
-        shipped_at=now - timedelta(days=3),
-        delivered_at=now - timedelta(days=1),
-    )
 
 
 def refunds_with_key(engine: Any, key: str) -> list[Refund]:

@@ -28,6 +28,7 @@ from bench.bare_celery import TASK, bare_config, bare_worker_env
 from bench.common import postgres_database
 from harness.approvals import approve, bearer
 from harness.deployment import Deployment
+from harness.orders import Orders
 from harness.processes import ChildProcess, WorkerProcess
 from harness.settings import deployment_settings
 from service.config import Settings
@@ -38,8 +39,9 @@ from service.tokens.actions import authenticate
 from service.toolcalls.actions import call_tool
 
 KINDS = ("embedded", "redis")
-# Delivered 3 days ago, 785.00 USD: refunds of 1..250 cents add up to 313.75 USD, under the
-# one-approver tier and under half the order (where a refund becomes high risk).
+# Delivered 3 days ago, 785.00 USD: the bare Celery baseline's refunds of 1..250 cents add
+# up to 313.75 USD. draftgate's drafts each refund an order of their own (harness.orders):
+# refunds approved together on one order would refuse each other (SOURCE_CHANGED).
 ORDER = "ORD-1004"
 MAX_DRAFTS = 250
 POLL_SECONDS = 0.002
@@ -56,6 +58,7 @@ class DraftgateStack:
     worker: WorkerProcess
     http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=60))
     mcp_url: str = ""  # with ``draftgate_stack(mcp=True)``: ``draftgate serve mcp``
+    orders: Orders | None = None
 
     @property
     def approver_headers(self) -> dict[str, str]:
@@ -64,9 +67,13 @@ class DraftgateStack:
     def approved_drafts(self, count: int, *, first_cents: int = 1) -> list[str]:
         """``count`` refund drafts proposed by the agent and approved by alice (signed)."""
         assert first_cents + count - 1 <= MAX_DRAFTS, "the order cannot refund that much"
+        if self.orders is None:
+            self.orders = Orders(self.runtime.engine, 6)
         drafts = []
-        for cents in range(first_cents, first_cents + count):
-            draft_id = self._propose(cents)
+        for cents, order in zip(
+            range(first_cents, first_cents + count), self.orders.take(count), strict=True
+        ):
+            draft_id = self._propose(cents, order)
             response = approve(self.api_url, self.demo, draft_id, "alice")
             assert response.status_code == 201, response.text
             drafts.append(draft_id)
@@ -109,9 +116,9 @@ class DraftgateStack:
             )
             return session.exec(statement).one_or_none()
 
-    def _propose(self, cents: int) -> str:
+    def _propose(self, cents: int, order: str) -> str:
         arguments = {
-            "order_id": ORDER,
+            "order_id": order,
             "amount": {"amount_minor": cents, "currency": "USD"},
             "reason": "damaged",
         }

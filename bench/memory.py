@@ -48,10 +48,11 @@ from bench.common import (
 )
 from bench.stack import bench_deployment, noop_server
 from harness.approvals import signed_decision
+from harness.orders import Orders
+from service.db import make_engine
 
 NAME = "memory"
 TARGET_MB = 150
-FLOW_ORDER = "shipped"  # not the order B1 proposes on, so flows stay single-approver
 
 
 @dataclass(frozen=True)
@@ -199,13 +200,16 @@ def _mb(size: int) -> float:
 # --- load ------------------------------------------------------------------------------------
 
 
-def flows(api_url: str, mcp_url: str, manifest: dict[str, Any], count: int) -> dict[str, int]:
-    """``count`` propose → approve → execute flows, 2 at a time; waits for the executions."""
-    return asyncio.run(_flows(api_url, mcp_url, manifest, count))
+def flows(
+    api_url: str, mcp_url: str, manifest: dict[str, Any], orders: list[str]
+) -> dict[str, int]:
+    """A propose → approve → execute flow per order (each its own: harness.orders), 2 at a
+    time; waits for the executions."""
+    return asyncio.run(_flows(api_url, mcp_url, manifest, orders))
 
 
 async def _flows(
-    api_url: str, mcp_url: str, manifest: dict[str, Any], count: int
+    api_url: str, mcp_url: str, manifest: dict[str, Any], orders: list[str]
 ) -> dict[str, int]:
     import httpx2
     from mcp.client import Client
@@ -213,9 +217,9 @@ async def _flows(
 
     outcome: dict[str, int] = {"requested": 0, "succeeded": 0, "errors": 0}
     agent = {"Authorization": f"Bearer {manifest['tokens']['agent']}"}
-    queue: asyncio.Queue[int] = asyncio.Queue()
-    for index in range(count):
-        queue.put_nowait(index)
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for order in orders:
+        queue.put_nowait(order)
     executions: list[str] = []
     async with (
         httpx2.AsyncClient(headers=agent, timeout=30) as mcp_http,
@@ -225,9 +229,9 @@ async def _flows(
 
         async def worker() -> None:
             while not queue.empty():
-                queue.get_nowait()
+                order = queue.get_nowait()
                 try:
-                    executions.append(await _one_flow(client, api, manifest))
+                    executions.append(await _one_flow(client, api, manifest, order))
                     outcome["requested"] += 1
                 except Exception:
                     outcome["errors"] += 1
@@ -237,12 +241,12 @@ async def _flows(
     return outcome
 
 
-async def _one_flow(client: Any, api: Any, manifest: dict[str, Any]) -> str:
+async def _one_flow(client: Any, api: Any, manifest: dict[str, Any], order: str) -> str:
     result = await client.call_tool(
         "propose_refund",
         {
-            "order_id": manifest["orders"][FLOW_ORDER],
-            "amount": {"amount_minor": 1, "currency": "USD"},  # thousands fit the order
+            "order_id": order,
+            "amount": {"amount_minor": 1, "currency": "USD"},
             "reason": "damaged",
             "note": f"memory flow {uuid.uuid4().hex}",
             "idempotency_key": f"mem-{uuid.uuid4().hex}",
@@ -307,6 +311,7 @@ def measure_backend(
 ) -> dict[str, Any]:
     queue = f"bench-mem-{secrets.token_hex(6)}" if broker_url else ""
     deployment = bench_deployment(root / backend, database_url, broker_url, queue)
+    engine = None
     try:
         manifest = deployment.prepare()
         api = deployment.start_http("api", wait=False)
@@ -317,7 +322,10 @@ def measure_backend(
         progress(f"{backend}: started")
         watched = [Watched("api", api.pid), Watched("mcp", mcp.pid), Watched("worker", worker.pid)]
         token, orders = manifest["tokens"]["agent"], manifest["orders"]
-        flows(api.base_url, mcp.mcp_url, manifest, 1)  # one of everything: imports, pools
+        engine = make_engine(deployment.settings.resolved_database_url())
+        flow_orders = Orders(engine, 5)
+        # one of everything: imports, pools
+        flows(api.base_url, mcp.mcp_url, manifest, flow_orders.take(1))
         progress(f"{backend}: first flow")
         with Sampler(watched):
             time.sleep(0.3)
@@ -328,7 +336,7 @@ def measure_backend(
                 for tool in ("get_order", "propose_refund")
             ]
             progress(f"{backend}: B1 load")
-            flowed = flows(api.base_url, mcp.mcp_url, manifest, flow_count)
+            flowed = flows(api.base_url, mcp.mcp_url, manifest, flow_orders.take(flow_count))
             progress(f"{backend}: flows")
         under_load = {item.name: figures(item) for item in watched}
         return {
@@ -339,6 +347,8 @@ def measure_backend(
             "flows": flowed,
         }
     finally:
+        if engine is not None:
+            engine.dispose()
         deployment.close()
         progress(f"{backend}: stopped")
         if broker_url:

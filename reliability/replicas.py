@@ -32,7 +32,6 @@ from reliability.processes import Ledger
 from reliability.services import PrivatePostgres, PrivateRedis
 from reliability.stack import (
     AMOUNT_MINOR,
-    ORDER,
     TENANT,
     Client,
     DrillError,
@@ -145,7 +144,7 @@ class TopologyClient(Client):
 
     def propose(self, index: int) -> str:
         arguments = {
-            "order_id": ORDER,
+            "order_id": self.order_of(index),
             "amount": {"amount_minor": AMOUNT_MINOR, "currency": "USD"},
             "reason": "damaged",
             # Concurrent identical proposals would share one open draft (DESIGN.md §3): each

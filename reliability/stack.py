@@ -22,6 +22,7 @@ import httpx
 from harness.approvals import signed_decision
 from harness.databases import seed
 from harness.deployment import Deployment
+from harness.orders import flow_order
 from harness.processes import WorkerProcess
 from mcp_adapter.tools import ToolDoor
 from reliability.processes import Ledger
@@ -41,7 +42,7 @@ logger = logging.getLogger("reliability")
 T = TypeVar("T")
 
 TENANT = "demo"
-ORDER = "ORD-1004"  # delivered 3 days ago, 785.00 USD: room for hundreds of 1.00 refunds
+ORDER = "ORD-1004"  # delivered 3 days ago, 785.00 USD: what the drills read
 AMOUNT_MINOR = 100
 CLIENT_RETRY_SECONDS = 120  # how long the drill's client keeps retrying one call
 TRANSIENT_CODES = {"INTERNAL_ERROR"}
@@ -179,6 +180,7 @@ class Client:
     ) -> None:
         self.demo = demo
         self.label = label
+        self.runtime = runtime
         self.door = ToolDoor(runtime, stdio_token=demo["tokens"]["agent"])
         urls = [api_urls] if isinstance(api_urls, str) else api_urls
         self.https = [httpx.Client(base_url=url, timeout=15) for url in urls]
@@ -207,9 +209,14 @@ class Client:
             raise DrillError(f"execute {draft_id}: {response.status_code} {response.text}")
         return Requested(index, draft_id, response.json()["execution_id"], time.monotonic())
 
+    def order_of(self, index: int) -> str:
+        """The order flow ``index`` refunds: one of its own (harness.orders), since refunds
+        approved together on one order would refuse each other (SOURCE_CHANGED)."""
+        return self._retrying(lambda: flow_order(self.runtime.engine, self.label, index))
+
     def propose(self, index: int) -> str:
         arguments = {
-            "order_id": ORDER,
+            "order_id": self.order_of(index),
             "amount": {"amount_minor": AMOUNT_MINOR, "currency": "USD"},
             "reason": "damaged",
             "idempotency_key": f"drill-{self.label}-{index}",  # a retry returns the same draft

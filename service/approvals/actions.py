@@ -68,6 +68,7 @@ def statement_to_sign(
         approver=principal.subject,
         key_id=active[0].key_id if len(active) == 1 else None,
         issued_at=rfc3339_seconds(now),
+        source_revision=draft.source_revision,
     )
 
 
@@ -235,6 +236,7 @@ def _check_binding(draft: Draft, statement: ApprovalStatement) -> None:
             ("action", draft.action),
             ("contract_version", draft.contract_version),
             ("params_sha256", digest),
+            ("source_revision", draft.source_revision),
         )
         if getattr(statement, name) != expected
     ]

@@ -400,6 +400,7 @@ class StoredProof:
             "action": draft.action,
             "contract_version": draft.contract_version,
             "params_sha256": digest,
+            "source_revision": draft.source_revision,
             "approver": approval.approver,
             "key_id": approval.key_id,
             "decision": approval.decision.value,

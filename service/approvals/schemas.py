@@ -36,6 +36,12 @@ class ApprovalStatement(StrictInput):
     action: str = Field(min_length=1, max_length=64)
     contract_version: int = Field(ge=1, le=1_000_000)
     params_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    source_revision: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9._:@+=/-]{1,128}$",
+        description="The revision of the draft's source the approver saw; present exactly "
+        "when the draft has a source (docs/approvals.md).",
+    )
     decision: Decision
     approver: str = Field(min_length=1, max_length=128)
     key_id: str = Field(min_length=1, max_length=64)
@@ -125,6 +131,7 @@ def build_statement(
     key_id: str | None,
     issued_at: str,
     reason: str | None = None,
+    source_revision: str | None = None,
 ) -> dict[str, Any]:
     """The statement as a JSON object, exactly in the shape that is signed (DESIGN.md §4)."""
     statement: dict[str, Any] = {
@@ -140,6 +147,8 @@ def build_statement(
         "key_id": key_id,
         "issued_at": issued_at,
     }
+    if source_revision is not None:
+        statement["source_revision"] = source_revision
     if reason is not None:
         statement["reason"] = reason
     return statement
@@ -170,6 +179,7 @@ def statement_for(
         key_id=key_id,
         issued_at=issued_at,
         reason=reason,
+        source_revision=draft.get("source_revision"),
     )
 
 

@@ -299,6 +299,7 @@ def _render(draft: dict[str, Any]) -> None:
     for path, text in _multiline_leaves(draft["params"]):
         echo_text(f"{path}: ", text, indent="    ")
     echo(f"  params_sha256: {draft['params_sha256']}")
+    _render_source(draft.get("source"))
     progress = draft.get("progress") or {}
     approvers = ", ".join(progress.get("approvers") or []) or "none"
     echo(f"  approvals: {_progress(progress)}; counted: {approvers}")
@@ -310,6 +311,26 @@ def _render(draft: dict[str, Any]) -> None:
         )
         if approval.get("reason"):
             echo_text("reason: ", approval["reason"], indent="    ")
+
+
+def _render_source(source: dict[str, Any] | None) -> None:
+    """The record the draft changes, as proposed and (where it differs) as it is now: what
+    an approval binds (docs/approvals.md, "Source-bound approvals")."""
+    if not source:
+        return
+    moved = "; CHANGED since it was proposed" if source["moved"] else ""
+    echo(f"  source: {source['ref']} at revision {source['revision']}{moved}")
+    for fact in source["facts"]:
+        now = "" if fact.get("now") is None else f"  (now: {fact['now']})"
+        echo(f"    {fact['label']}: {fact['value']}{now}")
+    for other in source["others"]:
+        amount = f" {other['amount']['display']}" if other.get("amount") else ""
+        echo(f"    also pending on it: {other['draft_id']} [{other['status']}]{amount}")
+    if source.get("total"):
+        limit = f"; allowed now: {source['limit']['display']}" if source.get("limit") else ""
+        echo(f"    together: {source['total']['display']}{limit}")
+    if source.get("warning"):
+        echo(f"  WARNING: {source['warning']}")
 
 
 def _multiline_leaves(value: Any, path: str = "") -> list[tuple[str, str]]:

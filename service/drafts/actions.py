@@ -36,7 +36,7 @@ from service.drafts.state import expire_if_due, reason_at, status_at
 from service.executions import repository as executions
 from service.policies.schemas import AppliedPolicy, PolicyConfig
 from service.principal import Principal, Role
-from service.registry.base import ActionContext, WriteAction
+from service.registry.base import ActionContext, SourceState, WriteAction
 from service.validation import StrictInput
 
 
@@ -141,6 +141,7 @@ def _validate(
 ) -> Proposal:
     """Business validation against current state, and the policy its amount falls under."""
     preview = action.validate(ctx, params)
+    source = action.source(ctx, params)
     policy, policy_key = applied_policy(
         ctx.session,
         policies,
@@ -163,8 +164,20 @@ def _validate(
         "approvals_required": policy.approvals_required,
         "policy_key": policy_key,
         "expires_at": ctx.now + timedelta(seconds=policy.ttl_seconds),
+        **source_fields(source),
     }
     return Proposal(action=action, fields=fields, policy=policy)
+
+
+def source_fields(source: SourceState | None) -> dict[str, Any]:
+    """The draft columns that record the source a revision is proposed against."""
+    if source is None:
+        return {"source_ref": None, "source_revision": None, "source": None}
+    return {
+        "source_ref": source.ref,
+        "source_revision": source.revision,
+        "source": source.recorded(),
+    }
 
 
 def _create(
@@ -209,12 +222,15 @@ def _revise(ctx: ActionContext, draft_id: str, proposal: Proposal) -> tuple[Draf
         raise errors.draft_action_mismatch(draft.id, draft.action)
     if expire_if_due(session, draft, now=ctx.now) or draft.status is not DraftStatus.PROPOSED:
         raise errors.draft_not_revisable(draft.id, draft.status.value)
-    if proposal.params_sha256 == draft.params_sha256:
+    if (proposal.params_sha256, proposal.fields["source_revision"]) == (
+        draft.params_sha256,
+        draft.source_revision,
+    ):
         return draft, True  # nothing changed: the same revision stands
     twin = repository.by_open_dedupe_key(
         session, state.dedupe_key(principal, action.name, proposal.params_sha256)
     )
-    if twin is not None and not expire_if_due(session, twin, now=ctx.now):
+    if twin is not None and twin.id != draft.id and not expire_if_due(session, twin, now=ctx.now):
         raise errors.duplicate_open_draft(twin.id)
     state.revise(
         session,
@@ -229,7 +245,52 @@ def _revise(ctx: ActionContext, draft_id: str, proposal: Proposal) -> tuple[Draf
     return draft, False
 
 
-def _record_revision(ctx: ActionContext, draft: Draft, *, event: str) -> None:
+def rebase(
+    ctx: ActionContext,
+    action: WriteAction,
+    draft: Draft,
+    *,
+    policies: dict[str, PolicyConfig],
+    actor: str,
+    reason: str,
+    data: dict[str, Any],
+) -> None:
+    """The draft, revalidated against its source as it stands now, at a new revision that
+    must be approved again (drafts.state.rebase). A change that no longer holds raises its
+    business error and nothing is written; so does an identical open draft of the same
+    proposer (DUPLICATE_OPEN_DRAFT), which the new revision would duplicate."""
+    params = action.Input.model_validate_json(json.dumps(draft.params))
+    proposal = _validate(ctx, action, params, draft.params, policies, draft.id)
+    twin = repository.by_open_dedupe_key(
+        ctx.session, state.dedupe_key(ctx.principal, action.name, proposal.params_sha256)
+    )
+    if twin is not None and twin.id != draft.id:
+        raise errors.duplicate_open_draft(twin.id)
+    left = state.rebase(
+        ctx.session,
+        draft,
+        proposer=ctx.principal,
+        fields=proposal.fields,
+        now=ctx.now,
+        reason=reason,
+    )
+    _record_revision(
+        ctx,
+        draft,
+        event="draft.rebased",
+        actor=actor,
+        extra={"from": left.value, "reason": reason, **data},
+    )
+
+
+def _record_revision(
+    ctx: ActionContext,
+    draft: Draft,
+    *,
+    event: str,
+    actor: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> None:
     repository.add_revision(
         ctx.session,
         DraftRevision(
@@ -242,6 +303,8 @@ def _record_revision(ctx: ActionContext, draft: Draft, *, event: str) -> None:
             currency=draft.currency,
             risk=draft.risk,
             policy=draft.policy,
+            source_revision=draft.source_revision,
+            source=draft.source,
             trace_id=ctx.trace_id,
             created_at=ctx.now,
         ),
@@ -249,7 +312,7 @@ def _record_revision(ctx: ActionContext, draft: Draft, *, event: str) -> None:
     audit.record(
         ctx.session,
         tenant=draft.tenant,
-        actor=ctx.principal.actor,
+        actor=actor or ctx.principal.actor,
         type=event,
         draft_id=draft.id,
         trace_id=ctx.trace_id,
@@ -266,6 +329,9 @@ def _record_revision(ctx: ActionContext, draft: Draft, *, event: str) -> None:
             "policy": draft.policy["rule"],
             "on_behalf_of": draft.on_behalf_of,
             "expires_at": draft.expires_at.isoformat(),
+            "source_ref": draft.source_ref,
+            "source_revision": draft.source_revision,
+            **(extra or {}),
         },
     )
 

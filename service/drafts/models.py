@@ -43,6 +43,7 @@ class Draft(SQLModel, table=True):
         Index("ix_drafts_tenant_status_created", "tenant", "status", "created_at"),
         Index("ix_drafts_tenant_created", "tenant", "created_at"),
         Index("ix_drafts_peers", "tenant", "action", "policy_key", "created_at"),
+        Index("ix_drafts_source", "tenant", "source_ref", "status"),
     )
 
     id: str = Field(primary_key=True, max_length=40)
@@ -58,6 +59,11 @@ class Draft(SQLModel, table=True):
     risk: str = Field(max_length=16)
     policy: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
     approvals_required: int
+    # The record the change changes (an action's declared source), its revision when this
+    # revision was proposed (approvals bind it) and its facts as the approver saw them.
+    source_ref: str | None = Field(default=None, max_length=200)
+    source_revision: str | None = Field(default=None, max_length=128)
+    source: list[dict[str, str]] | None = Field(default=None, sa_column=Column(JSON))
     # Drafts with the same policy_key are peers whose amounts add up against the policy's
     # tiers (a digest of the parameter the policy names, e.g. the order id), or NULL.
     policy_key: str | None = Field(default=None, max_length=64)
@@ -91,6 +97,8 @@ class DraftRevision(SQLModel, table=True):
     currency: str | None = Field(default=None, max_length=3)
     risk: str = Field(max_length=16)
     policy: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    source_revision: str | None = Field(default=None, max_length=128)
+    source: list[dict[str, str]] | None = Field(default=None, sa_column=Column(JSON))
     trace_id: str | None = Field(default=None, max_length=32)
     created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete
+from sqlalchemy import delete, or_
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
@@ -274,3 +274,36 @@ def _peers(
             (draft_id, created_at, amount or 0)
         )
     return peers
+
+
+# Drafts that may still change their source: open, or on their way to execution.
+PENDING_ON_SOURCE = (
+    DraftStatus.PROPOSED,
+    DraftStatus.APPROVED,
+    DraftStatus.QUEUED,
+    DraftStatus.RUNNING,
+)
+
+
+def pending_on_source(
+    session: Session, tenant: str, source_ref: str, *, now: datetime, limit: int = 50
+) -> list[Draft]:
+    """The drafts on this source that may still change it, oldest first (expired ones
+    excluded even before the sweeper records them)."""
+    statement = (
+        select(Draft)
+        .where(
+            col(Draft.tenant) == tenant,
+            col(Draft.source_ref) == source_ref,
+            col(Draft.status).in_([s.value for s in PENDING_ON_SOURCE]),
+            # An open draft past its time is expired for every reader; one on its way to
+            # execution is not (its execution has its own deadline).
+            or_(
+                col(Draft.status).in_([s.value for s in OPEN_STATUSES]).is_(False),
+                col(Draft.expires_at) > now,
+            ),
+        )
+        .order_by(col(Draft.created_at), col(Draft.id))
+        .limit(limit)
+    )
+    return list(session.exec(statement).all())

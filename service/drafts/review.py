@@ -8,7 +8,7 @@ from sqlmodel import Session
 
 from service.approvals import progress
 from service.approvals.actions import statement_to_sign
-from service.drafts import repository
+from service.drafts import repository, world
 from service.drafts.errors import draft_unavailable
 from service.drafts.models import Draft, DraftStatus
 from service.drafts.schemas import (
@@ -100,6 +100,8 @@ def detail_and_progress(
         summary=draft.summary,
         amount=amount_of(draft),
         risk=draft.risk,
+        source_revision=draft.source_revision,
+        source=world.source_view(session, runtime, draft, now),
         policy=draft.policy,
         approvals_required=standing.required,
         progress=ProgressDetail.of(standing),

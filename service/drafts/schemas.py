@@ -318,6 +318,43 @@ class DraftApproval(BaseModel):
     problem: str | None = Field(description="Why it does not count, if it does not.")
 
 
+class SourceFactView(BaseModel):
+    label: str
+    value: str = Field(description="As it was when this revision was proposed.")
+    now: str | None = Field(
+        default=None, description="As it is now, when it differs (null when unchanged)."
+    )
+
+
+class PendingDraftView(BaseModel):
+    draft_id: str
+    status: DraftStatus
+    summary: str
+    amount: AmountView | None
+
+
+class SourceView(BaseModel):
+    """The record the draft changes (its source): as the approver signs it, and as it is."""
+
+    ref: str = Field(description="Which record, e.g. order:ORD-1001.")
+    revision: str = Field(
+        description="The revision the draft was proposed against; approvals bind it."
+    )
+    current_revision: str | None = Field(
+        description="Its revision now (null if it can no longer be read)."
+    )
+    moved: bool = Field(description="It changed since the draft's revision was proposed.")
+    facts: list[SourceFactView]
+    others: list[PendingDraftView] = Field(
+        description="Other drafts on the same source that may still change it."
+    )
+    total: AmountView | None = Field(
+        description="This draft's amount plus the others' in the same currency."
+    )
+    limit: AmountView | None = Field(description="The most the source allows them to move now.")
+    warning: str | None = Field(description="Why approving needs a second look, if it does.")
+
+
 class DraftDetail(BaseModel):
     """Everything an approver needs to decide, including the exact statement to sign."""
 
@@ -335,6 +372,11 @@ class DraftDetail(BaseModel):
     summary: str
     amount: AmountView | None
     risk: str
+    source_revision: str | None = Field(
+        description="The revision of its source this revision was proposed against, which "
+        "the approve statement binds (null: the action declares no source)."
+    )
+    source: SourceView | None
     policy: dict[str, Any] = Field(description="The policy as applied when it was proposed.")
     approvals_required: int = Field(
         description="Distinct approvals required now (progress.required): never fewer than "

@@ -114,6 +114,40 @@ def revise(
     session.flush()
 
 
+# A draft whose source moved before it ran may go back to proposed at a new revision: while
+# it waits for approval, once approved, or when its execution found the source moved.
+REBASABLE = frozenset({S.PROPOSED, S.APPROVED, S.QUEUED, S.RUNNING})
+
+
+def rebase(
+    session: Session,
+    draft: Draft,
+    *,
+    proposer: Principal,
+    fields: Mapping[str, Any],
+    now: datetime,
+    reason: str,
+) -> DraftStatus:
+    """Bind the draft to its source's new state: the same change at a new revision, proposed
+    again (earlier approvals were for the old revision and no longer count). Returns the
+    status it left; the caller records the revision and its ``draft.rebased`` event, as for
+    ``revise``. Not in TRANSITIONS on purpose: a new revision, not a step forward."""
+    if draft.status not in REBASABLE:
+        raise IllegalTransition(f"draft {draft.id}: {draft.status.value} cannot be rebased")
+    _check_fields(fields)
+    left = draft.status
+    for name, value in fields.items():
+        setattr(draft, name, value)
+    draft.revision += 1
+    draft.status = DraftStatus.PROPOSED
+    draft.status_reason = reason
+    draft.open_dedupe_key = dedupe_key(proposer, draft.action, draft.params_sha256)
+    draft.updated_at = now
+    session.add(draft)
+    session.flush()
+    return left
+
+
 def _check_fields(fields: Mapping[str, Any]) -> None:
     """A proposal's content never carries the columns this module keeps itself."""
     owned = ROW_OWNERS["drafts"].columns & set(fields)

@@ -29,7 +29,8 @@ def request(
     now: datetime,
     trace_id: str | None = None,
 ) -> tuple[Execution, bool]:
-    """Create the draft's one execution and its outbox message; (execution, created).
+    """Create the execution of the draft's current revision and its outbox message;
+    (execution, created).
 
     A repeated request returns the existing execution. Only an approved,
     unexpired draft whose approvals verify is accepted; the worker checks again.
@@ -38,7 +39,7 @@ def request(
     draft = drafts_repository.get(session, principal.tenant, draft_id, for_update=True)
     if draft is None:
         raise draft_unavailable()
-    existing = repository.for_draft(session, draft.id)
+    existing = repository.for_revision(session, draft.id, draft.revision)
     if existing is not None:
         return existing, False
     approvers = _check_executable(session, runtime, draft, now=now)
@@ -49,7 +50,7 @@ def request(
         republish_after=runtime.settings.republish_after_seconds,
     )
     if not repository.insert_unless_exists(session, execution):
-        winner = repository.for_draft(session, draft.id)
+        winner = repository.for_revision(session, draft.id, draft.revision)
         assert winner is not None
         return winner, False
     session.add(OutboxMessage(task=EXECUTE_TASK, execution_id=execution.id, created_at=now))

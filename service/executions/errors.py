@@ -44,6 +44,14 @@ DOWNSTREAM_UNAVAILABLE = ErrorCode(
     "The downstream system's database failed or two workers raced; the attempt is retried.",
     "The worker retries automatically.",
 )
+SOURCE_CHANGED = ErrorCode(
+    "SOURCE_CHANGED",
+    Category.CONFLICT,
+    "The record the change acts on (its source, e.g. the order) changed after the draft was "
+    "approved: the approvals were given for a state that no longer exists, so nothing was "
+    "executed. The draft is back to proposed at a new revision bound to the new state.",
+    "Read what changed; approve the draft's new revision if it is still right, then execute.",
+)
 
 
 EXECUTION_EXPIRED = ErrorCode(
@@ -89,4 +97,12 @@ def action_failed(exception: BaseException) -> DomainError:
     return INTERNAL_ERROR(
         f"The action failed unexpectedly ({type(exception).__name__}).",
         suggested_action="The worker retries within its attempt limit; then it fails visibly.",
+    )
+
+
+def source_changed(ref: str, changes: list[dict[str, str]], revision: int) -> DomainError:
+    what = "; ".join(f"{c['label']}: {c['then'] or '-'} -> {c['now']}" for c in changes)
+    return SOURCE_CHANGED(
+        f"{ref.split(':', 1)[-1]} changed after the approval ({what or 'its revision moved'}); "
+        f"nothing was executed. The draft awaits approval again as revision {revision}."
     )

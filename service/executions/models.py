@@ -1,4 +1,4 @@
-"""Execution tables: one execution per draft, its attempts, and the outbox that publishes it."""
+"""Execution tables: one execution per draft revision, its attempts, its outbox."""
 
 from __future__ import annotations
 
@@ -34,11 +34,16 @@ class AttemptResult(StrEnum):
 
 class Execution(SQLModel, table=True):
     __tablename__ = "executions"
-    __table_args__ = (Index("ix_executions_status_updated", "status", "updated_at"),)
+    __table_args__ = (
+        Index("ix_executions_status_updated", "status", "updated_at"),
+        # One execution per revision: a draft re-approved against a moved source (a new
+        # revision) is executed anew under a new idempotency key.
+        UniqueConstraint("draft_id", "revision", name="uq_executions_draft_revision"),
+    )
 
     id: str = Field(primary_key=True, max_length=40)
     tenant: str = Field(max_length=64, index=True)
-    draft_id: str = Field(foreign_key="drafts.id", max_length=40, unique=True)
+    draft_id: str = Field(foreign_key="drafts.id", max_length=40, index=True)
     revision: int
     action: str = Field(max_length=64)
     # The key the downstream system deduplicates on: "<draft_id>:<revision>".

@@ -22,12 +22,26 @@ def for_tenant(session: Session, tenant: str, execution_id: str) -> Execution | 
 
 
 def for_draft(session: Session, draft_id: str) -> Execution | None:
-    statement = select(Execution).where(col(Execution.draft_id) == draft_id)
+    """The draft's latest execution (of its latest executed revision), if any."""
+    statement = (
+        select(Execution)
+        .where(col(Execution.draft_id) == draft_id)
+        .order_by(col(Execution.revision).desc())
+        .limit(1)
+    )
+    return session.exec(statement).first()
+
+
+def for_revision(session: Session, draft_id: str, revision: int) -> Execution | None:
+    statement = select(Execution).where(
+        col(Execution.draft_id) == draft_id, col(Execution.revision) == revision
+    )
     return session.exec(statement).one_or_none()
 
 
 def insert_unless_exists(session: Session, execution: Execution) -> bool:
-    """Insert the draft's execution unless one exists (unique per draft); True if inserted."""
+    """Insert the revision's execution unless one exists (unique per draft revision); True if
+    inserted."""
     return insert_or_ignore(session, Execution.__table__, execution.model_dump())  # type: ignore[attr-defined]
 
 

@@ -35,6 +35,7 @@ from sqlmodel import Session
 from service.approvals import progress
 from service.catalogue import error_code
 from service.db import session_scope
+from service.drafts import actions as drafts_actions
 from service.drafts import repository as drafts_repository
 from service.drafts.errors import contract_changed
 from service.drafts.models import Draft
@@ -42,7 +43,7 @@ from service.errors import DomainError
 from service.executions import errors, repository, state
 from service.executions.models import FINISHED, Execution, ExecutionStatus
 from service.principal import Principal, Role
-from service.registry.base import ActionContext, Outcome
+from service.registry.base import ActionContext, Outcome, SourceState
 from service.runtime import Runtime
 from service.sql import utcnow
 
@@ -68,12 +69,22 @@ class Claim:
     params: dict[str, Any]
     proposer: Principal
     trace_id: str | None
+    # The source revision the approvals bind (None: the action declares no source).
+    source_revision: str | None = None
     # Taken over after the attempt limit: only record a change already made, never make one.
     recovery_only: bool = False
 
 
 class LeaseLost(Exception):
     """Another delivery took the execution over while this attempt ran: it must not commit."""
+
+
+class SourceMoved(Exception):
+    """The draft's source is not in the state its approvals bind: nothing may be changed."""
+
+    def __init__(self, source: SourceState) -> None:
+        super().__init__(source.ref)
+        self.source = source
 
 
 def run_execution(runtime: Runtime, execution_id: str) -> RunResult:
@@ -87,6 +98,8 @@ def run_execution(runtime: Runtime, execution_id: str) -> RunResult:
     except LeaseLost:
         logger.warning("execution %s attempt %s lost its lease", execution_id, claim.attempt)
         return RunResult("superseded")
+    except SourceMoved as moved:
+        return _record_source_moved(runtime, claim, moved.source)
     except Exception as exc:  # every failure ends visibly: retried within the limit, or final
         error = _as_domain_error(exc, claim)
         # A final refusal may be the world already containing *this* change, made by a
@@ -178,6 +191,7 @@ def _claim_of(
             on_behalf_of=draft.on_behalf_of,
         ),
         trace_id=execution.trace_id,
+        source_revision=draft.source_revision,
         recovery_only=recovery_only
         and execution.attempts > runtime.settings.execution_max_attempts,
     )
@@ -237,12 +251,20 @@ def _apply(runtime: Runtime, claim: Claim) -> Outcome:
     assert action is not None
     with session_scope(runtime.engine) as session:
         ctx = _context(runtime, claim, session)
+        params = action.Input.model_validate_json(json.dumps(claim.params))
+        # Lock the source, then look: a change already made with this key (which moved the
+        # source itself) is reported; otherwise the source must be as the approvers saw it,
+        # and stays so under the lock until this change commits.
+        source = None
+        if claim.source_revision is not None:
+            source = action.source(ctx, params, lock=True)
         done = action.applied(ctx, claim.idempotency_key)
         if done is not None:
             return done
+        if source is not None and source.revision != claim.source_revision:
+            raise SourceMoved(source)
         if claim.recovery_only:
             raise errors.attempts_exhausted(claim.attempt - 1)
-        params = action.Input.model_validate_json(json.dumps(claim.params))
         action.validate(ctx, params)
         outcome = action.execute(ctx, params, claim.idempotency_key)
         # The fencing check, in the downstream's own transaction: if another delivery took
@@ -366,6 +388,51 @@ def _record_failure(runtime: Runtime, claim: Claim, error: DomainError) -> RunRe
             event_data={"attempt": claim.attempt, "error": detail, "attempts_exhausted": exhausted},
         )
         return RunResult(ExecutionStatus.FAILED.value)
+
+
+def _record_source_moved(runtime: Runtime, claim: Claim, source: SourceState) -> RunResult:
+    """Refuse the execution (nothing was changed) and bind the draft to the source's new state
+    at a new revision to approve again; if the change no longer holds there, the draft fails
+    with that business error instead (and the execution with it)."""
+    action = runtime.registry.write(claim.action)
+    assert action is not None
+    with session_scope(runtime.engine) as session:
+        execution, draft = _current(session, claim)
+        if execution is None or draft is None:
+            return RunResult("superseded")
+        now = utcnow()
+        changes = source.changes_from(draft.source)
+        moved = {"source_ref": source.ref, "changes": changes}
+        try:  # a refused revalidation writes nothing
+            drafts_actions.rebase(
+                _context(runtime, claim, session),
+                action,
+                draft,
+                policies=runtime.policies,
+                actor=state.WORKER,
+                reason=source_changed_reason(source.ref, changes) + "; it awaits approval again",
+                data={**moved, "execution_id": execution.id},
+            )
+        except DomainError as refused:
+            detail = {**refused.audit_form(), "source_changed": moved}
+            state.fail(
+                session,
+                execution,
+                draft,
+                now=now,
+                error=detail,
+                reason=f"{source_changed_reason(source.ref, changes)}; {refused.message}",
+            )
+            return RunResult(ExecutionStatus.FAILED.value)
+        refused = errors.source_changed(source.ref, changes, draft.revision)
+        error = {**refused.audit_form(), "source_changed": moved, "revision": draft.revision}
+        state.end_source_moved(session, execution, now=now, error=error)
+        return RunResult(ExecutionStatus.FAILED.value)
+
+
+def source_changed_reason(ref: str, changes: list[dict[str, str]]) -> str:
+    what = ", ".join(change["label"].lower() for change in changes) or "its revision"
+    return f"{ref.split(':', 1)[-1]} changed after the approval ({what}), so nothing was executed"
 
 
 def _current(session: Session, claim: Claim) -> tuple[Execution | None, Draft | None]:

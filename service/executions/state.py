@@ -186,6 +186,16 @@ def fail(
     _move_draft(session, execution, draft, DraftStatus.FAILED, now=now, reason=reason)
 
 
+def end_source_moved(
+    session: Session, execution: Execution, *, now: datetime, error: dict[str, Any]
+) -> None:
+    """End the execution refused because its draft's source moved after the approvals: the
+    draft is not ended here, it was rebased (drafts.actions.rebase) to be approved again."""
+    close_attempt(session, execution, AttemptResult.FAILED, now=now, detail=error)
+    _finish(session, execution, ExecutionStatus.FAILED, now=now, error=error)
+    record(session, execution, "execution.failed", {"attempt": execution.attempts, "error": error})
+
+
 def refuse(
     session: Session,
     execution: Execution,

@@ -18,7 +18,7 @@ from sqlmodel import Session
 
 from service.config import Settings
 from service.masking import masked_dump
-from service.money import Money
+from service.money import AmountView, Money
 from service.principal import Principal
 from service.validation import StrictInput
 
@@ -49,6 +49,43 @@ class Preview(BaseModel):
     summary: str = Field(description="One or two sentences an approver reads; no raw PII.")
     amount: Money | None = None
     risk: Risk = Risk.MEDIUM
+
+
+class SourceFact(BaseModel):
+    """One fact about a source an approver reads beside the change (label: value)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    label: str
+    value: str
+
+
+class SourceState(BaseModel):
+    """The record a write changes, as it stands: which one (``ref``), its version
+    (``revision``, opaque: equal revisions mean the approver saw this very state) and the
+    facts shown to the approver. Approvals bind the revision (docs/approvals.md)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ref: str
+    revision: str = Field(pattern=r"^[A-Za-z0-9._:@+=/-]{1,128}$")
+    facts: tuple[SourceFact, ...] = ()
+    # The most the source allows changes of it to move in total now (a refund: what is still
+    # refundable), so approvers are warned when open drafts on it add up to more.
+    limit: AmountView | None = None
+
+    def recorded(self) -> list[dict[str, str]]:
+        """The facts as a draft stores them."""
+        return [fact.model_dump() for fact in self.facts]
+
+    def changes_from(self, facts: list[dict[str, str]] | None) -> list[dict[str, str]]:
+        """Each fact whose value differs from ``facts`` (as recorded): label, then, now."""
+        then = {fact["label"]: fact["value"] for fact in facts or []}
+        return [
+            {"label": fact.label, "then": then.get(fact.label, ""), "now": fact.value}
+            for fact in self.facts
+            if then.get(fact.label) != fact.value
+        ]
 
 
 class Outcome(BaseModel):
@@ -94,6 +131,13 @@ class WriteAction(Action):
         """
         amount = getattr(params, "amount", None)
         return amount if isinstance(amount, Money) else None
+
+    def source(self, ctx: ActionContext, params: Any, *, lock: bool = False) -> SourceState | None:
+        """The record this change would change, as it stands now, or None (no source).
+
+        ``lock``: the worker holds the record's lock from here until its change commits, so
+        nothing moves it between this comparison and the change."""
+        return None
 
     @abstractmethod
     def validate(self, ctx: ActionContext, params: Any) -> Preview:

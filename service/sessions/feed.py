@@ -21,6 +21,7 @@ from service.sessions import repository
 DRAFT_CHANGES = {
     "draft.proposed": "proposed",
     "draft.revised": "revised",
+    "draft.rebased": "rebased",  # its source moved: a new revision to approve again
     "approval.approved": "signed",  # one more signature, the quorum not (yet) met
     "draft.approved": "approved",
     "draft.rejected": "rejected",
@@ -34,6 +35,7 @@ DRAFT_CHANGES = {
 STATUS_AFTER = {
     "proposed": "proposed",
     "revised": "proposed",
+    "rebased": "proposed",
     "signed": "proposed",
     "approved": "approved",
     "rejected": "rejected",

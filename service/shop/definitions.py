@@ -5,9 +5,19 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from service.canonical import canonical_json, sha256_hex
 from service.masking import mask_phone
-from service.money import AmountView, Money
-from service.registry.base import ActionContext, Outcome, Preview, ReadAction, Risk, WriteAction
+from service.money import AmountView, Money, render_amount
+from service.registry.base import (
+    ActionContext,
+    Outcome,
+    Preview,
+    ReadAction,
+    Risk,
+    SourceFact,
+    SourceState,
+    WriteAction,
+)
 from service.shop import carrier, errors, payments, repository, rules
 from service.shop.models import AddressChange, Cancellation, Order, OrderStatus, Refund
 from service.shop.schemas import (
@@ -40,6 +50,72 @@ def _order(ctx: ActionContext, order_id: str, *, for_update: bool = False) -> Or
     if order is None:
         raise errors.order_unavailable()
     return order
+
+
+def order_revision(order: Order, refunded_minor: int) -> str:
+    """The order's source revision: a digest of everything stored that a change of it can
+    move (status, money, refunds, address, milestones). A digest rather than a counter, so
+    a change made by anyone, even a database writer outside the shop's code, moves it
+    (docs/decisions/approvals-bind-the-source-state.md)."""
+    state = {
+        "status": order.status,
+        "currency": order.currency,
+        "total_minor": order.total_minor,
+        "refunded_minor": refunded_minor,
+        "shipping_address": order.shipping_address,
+        "milestones": [
+            moment.isoformat() if moment else None
+            for moment in (order.paid_at, order.shipped_at, order.delivered_at, order.cancelled_at)
+        ],
+    }
+    return sha256_hex(canonical_json(state))[:32]
+
+
+def order_source(
+    ctx: ActionContext, order_id: str, *, lock: bool = False, limited: bool = False
+) -> SourceState:
+    """The order a change is proposed against, as the approver should see it
+    (ORDER_UNAVAILABLE if it is not this customer's). ``lock``: under the order's row lock,
+    as the worker compares it; ``limited``: what is refundable now is its limit."""
+    if lock:
+        _order(ctx, order_id, for_update=True)
+    principal = ctx.principal
+    found = repository.customer_order_with_details(
+        ctx.session, principal.tenant, principal.on_behalf_of, order_id
+    )
+    if found is None:
+        raise errors.order_unavailable()
+    order = found.order
+    refundable = rules.refundable_minor(
+        order, found.refunded_minor, now=ctx.now, window_days=ctx.settings.shop_refund_window_days
+    )
+    address = order.shipping_address
+    facts = [
+        ("Order", order.order_number),
+        ("Customer", f"{found.customer.external_ref} ({mask_phone(found.customer.phone)})"),
+        ("Status", order.status.replace("_", " ")),
+        ("Order total", render_amount(order.total_minor, order.currency)),
+        ("Refunded so far", render_amount(found.refunded_minor, order.currency)),
+        ("Refundable now", render_amount(refundable, order.currency)),
+        ("Delivered", order.delivered_at.date().isoformat() if order.delivered_at else "not yet"),
+        (
+            "Ships to",
+            ", ".join(str(address[k]) for k in ("district", "city", "country") if k in address),
+        ),
+    ]
+    return SourceState(
+        ref=f"order:{order.order_number}",
+        revision=order_revision(order, found.refunded_minor),
+        facts=tuple(SourceFact(label=label, value=value) for label, value in facts),
+        limit=AmountView.of(refundable, order.currency) if limited else None,
+    )
+
+
+class _OrderChange(WriteAction):
+    """A change of one order: the order is its source."""
+
+    def source(self, ctx: ActionContext, params: Any, *, lock: bool = False) -> SourceState:
+        return order_source(ctx, params.order_id, lock=lock)
 
 
 class ListOrders(ReadAction):
@@ -126,6 +202,7 @@ class GetOrder(ReadAction):
             tracking_number=shipment.tracking_number if shipment else None,
             days_since_delivery=rules.days_since_delivery(order, ctx.now),
             customer_phone=mask_phone(found.customer.phone),
+            source_revision=order_revision(order, found.refunded_minor),
             shipping_address=MaskedAddress(**masked_address(order.shipping_address)),
             next_action=rules.next_action(order, refundable),
         )
@@ -169,7 +246,11 @@ class GetLogistics(ReadAction):
         )
 
 
-class RefundAction(WriteAction):
+class RefundAction(_OrderChange):
+    def source(self, ctx: ActionContext, params: Any, *, lock: bool = False) -> SourceState:
+        # Refunds on one order add up: approvers are warned beyond what is refundable now.
+        return order_source(ctx, params.order_id, lock=lock, limited=True)
+
     name = "refund"
     kind = "write"
     contract_version = 1
@@ -249,7 +330,7 @@ def _refund_outcome(refund: Refund) -> Outcome:
     )
 
 
-class CancelOrderAction(WriteAction):
+class CancelOrderAction(_OrderChange):
     name = "cancel_order"
     kind = "write"
     contract_version = 1
@@ -308,7 +389,7 @@ def _cancel_outcome(cancellation: Cancellation) -> Outcome:
     )
 
 
-class ChangeShippingAddressAction(WriteAction):
+class ChangeShippingAddressAction(_OrderChange):
     name = "change_shipping_address"
     kind = "write"
     contract_version = 1

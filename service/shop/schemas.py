@@ -151,6 +151,11 @@ class OrderDetails(BaseModel):
     days_since_delivery: int | None = None
     customer_phone: str = Field(description="Masked: first 3 and last 4 characters.")
     shipping_address: MaskedAddress
+    source_revision: str = Field(
+        description="The version of the order this answer shows. A draft records the version "
+        "it was proposed against; if the order changes before execution, the change is "
+        "refused (SOURCE_CHANGED) and must be approved again."
+    )
     next_action: str
 
 

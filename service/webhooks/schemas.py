@@ -20,8 +20,9 @@ TEST_EVENT = "webhook.test"
 # calls, single signatures, retries, refusals of requests) are not announced. ``webhook.*``
 # audit events never are: a delivery's own outcome must not cause another delivery.
 ANNOUNCED_BY: dict[str, tuple[str, ...]] = {
-    # A new draft, or a new revision of one: either way approvals must be given (anew).
-    "draft.proposed": ("draft.proposed", "draft.revised"),
+    # A new draft, or a new revision of one (revised by its agent, or rebased on a source
+    # that moved): either way approvals must be given (anew).
+    "draft.proposed": ("draft.proposed", "draft.revised", "draft.rebased"),
     # The quorum was reached (the last counted signature moved the draft to approved).
     "draft.approved": ("draft.approved",),
     "draft.rejected": ("draft.rejected",),

@@ -37,8 +37,10 @@ BUDGET = {
     # +1 since webhooks: an announced event (draft.proposed) looks up the tenant's endpoints.
     # +1 since the agent's view reports the execute gate's count: the number required as the
     # gate resolves it (its cumulative peers as of the draft's creation).
-    ("sqlite", "propose_refund"): 14,
-    ("postgresql", "propose_refund"): 12,
+    # +1 since source-bound drafts: the order as the approver will see it (its customer,
+    # refunds and shipment in one statement), recorded with its revision.
+    ("sqlite", "propose_refund"): 15,
+    ("postgresql", "propose_refund"): 13,
 }
 
 

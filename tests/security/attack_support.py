@@ -373,6 +373,7 @@ class World:
                 "action": draft.action,
                 "contract_version": draft.contract_version,
                 "params_sha256": draft.params_sha256,
+                "source_revision": draft.source_revision,
             }
 
     def approve_in_core(self, tenant: str, draft_id: str, approver: str = "approver") -> None:

@@ -52,6 +52,7 @@ def decide_in_core(
                 "action": draft.action,
                 "contract_version": draft.contract_version,
                 "params_sha256": draft.params_sha256,
+                "source_revision": draft.source_revision,
             },
             approver=approver,
             key_file=demo["approvers"][approver]["private_key_file"],

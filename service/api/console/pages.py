@@ -336,6 +336,7 @@ def card(
         "contract_version": d.contract_version,
         "params": d.params,
         "params_sha256": d.params_sha256,
+        "source_revision": d.source_revision,
         "approver": caller.principal.subject,
         "status": d.status.value,
         "policy": {"required": view.progress.required, "approved": view.progress.received},

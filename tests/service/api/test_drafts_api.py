@@ -371,10 +371,12 @@ def test_the_statement_to_sign_matches_the_draft_and_names_alices_only_key(api, 
         "action": "refund",
         "contract_version": 1,
         "params_sha256": hashlib.sha256(rfc8785.dumps(draft["params"])).hexdigest(),
+        "source_revision": draft["source_revision"],
         "decision": "approve",
         "approver": "alice",
         "key_id": demo["approvers"]["alice"]["key_id"],
     }
+    assert draft["source"]["revision"] == draft["source_revision"]  # the order as shown
     bobs = get_draft(api, demo["tokens"]["approver_bob"], draft_id)["statement_to_sign"]
     assert (bobs["approver"], bobs["key_id"]) == ("bob", demo["approvers"]["bob"]["key_id"])
 

@@ -128,6 +128,7 @@ def plant_forged_approval(runtime, draft_id: str, public_key: str) -> str:
             "action": draft.action,
             "contract_version": draft.contract_version,
             "params_sha256": draft.params_sha256,
+            "source_revision": draft.source_revision,
         }
         statement, signature = forge(view, public_key)
         session.add(

@@ -72,6 +72,7 @@ def approval_body(
             "action": draft.action,
             "contract_version": draft.contract_version,
             "params_sha256": draft.params_sha256,
+            "source_revision": draft.source_revision,
         }
     statement = statement_for(
         shown,

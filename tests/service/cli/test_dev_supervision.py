@@ -56,6 +56,11 @@ def stop(dev: DevRun) -> int:
 # --- the agent and the approver -----------------------------------------------------------------
 
 
+# Each refund on an order of its own: refunds on one order bind its state, so a second one
+# approved before the first ran would rightly be refused SOURCE_CHANGED.
+REFUNDED_ORDERS = ("delivered", "shipped", "paid")
+
+
 async def propose_refunds(dev: DevRun, manifest: dict[str, Any], amounts: list[int]) -> list[str]:
     drafts = []
     async with connect(dev.mcp_url, manifest["tokens"]["agent"]) as agent:
@@ -63,7 +68,7 @@ async def propose_refunds(dev: DevRun, manifest: dict[str, Any], amounts: list[i
             result = await agent.call_tool(
                 "propose_refund",
                 {
-                    "order_id": manifest["orders"]["delivered"],
+                    "order_id": manifest["orders"][REFUNDED_ORDERS[number]],
                     "amount": {"amount_minor": amount, "currency": "USD"},
                     "reason": "damaged",
                     "idempotency_key": f"supervision-{number}",

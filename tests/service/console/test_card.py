@@ -55,6 +55,7 @@ def test_the_card_meets_the_dom_contract(browser, door, demo):
             "reason": "damaged",
         },
         "params_sha256": draft["params_sha256"],
+        "source_revision": data["source_revision"],
         "approver": "alice",
         "status": "proposed",
         "policy": {"required": 1, "approved": 0},

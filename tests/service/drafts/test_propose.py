@@ -159,6 +159,7 @@ def approve_as(runtime, demo, draft_id: str, approver: str = "alice") -> None:
         approver=approver,
         key_id=demo["approvers"][approver]["key_id"],
         issued_at=rfc3339_seconds(utcnow()),
+        source_revision=draft.source_revision,
     )
     body = signed_request(statement, key)
     request = ApprovalRequest.model_validate_json(json.dumps(body))  # as the API parses it

@@ -412,6 +412,7 @@ def _reject(runtime, demo, draft_id: str) -> None:
         draft = drafts_repository.get(session, "demo", draft_id)
         assert draft is not None
         fields = ("tenant", "revision", "action", "contract_version", "params_sha256")
+        fields += ("source_revision",)
         body = signed_decision(
             {"draft_id": draft.id, **{name: getattr(draft, name) for name in fields}},
             approver="alice",

@@ -56,6 +56,11 @@ export function statementFor(draft, { paramsSha256, decision, keyId, reason }) {
     key_id: keyId,
     issued_at: nowRfc3339(),
   };
+  // The source revision the page showed (docs/approvals.md): present exactly when the
+  // draft has a source, so the approval is for the world the approver saw.
+  if (draft.source_revision) {
+    statement.source_revision = draft.source_revision;
+  }
   if (decision === "reject") {
     statement.reason = reason;
   }

@@ -1,0 +1,118 @@
+"""The world a draft changes, as an approver should see it before signing: its source as
+proposed and as it stands now, the other drafts that may still change it, and what they add
+up to against what the source allows (docs/decisions/approvals-bind-the-source-state.md)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from pydantic import ValidationError
+from sqlmodel import Session
+
+from service.drafts import repository
+from service.drafts.models import Draft
+from service.drafts.schemas import PendingDraftView, SourceFactView, SourceView, amount_of
+from service.drafts.state import status_at
+from service.errors import DomainError
+from service.money import AmountView
+from service.principal import Principal, Role
+from service.registry.base import ActionContext, SourceState
+from service.runtime import Runtime
+
+
+def source_now(
+    session: Session, runtime: Runtime, draft: Draft, now: datetime
+) -> SourceState | None:
+    """The draft's source as it stands, read as its proposer may read it; None when the
+    action declares none or it can no longer be read."""
+    action = runtime.registry.write(draft.action)
+    if action is None or draft.source_ref is None:
+        return None
+    proposer = Principal(
+        tenant=draft.tenant,
+        subject=draft.proposed_by,
+        role=Role.AGENT,
+        token_id=f"draft:{draft.id}",
+        on_behalf_of=draft.on_behalf_of,
+    )
+    ctx = ActionContext(session=session, principal=proposer, settings=runtime.settings, now=now)
+    try:
+        params = action.Input.model_validate_json(json.dumps(draft.params))
+        return action.source(ctx, params)
+    except (ValidationError, DomainError):
+        return None
+
+
+def source_view(
+    session: Session, runtime: Runtime, draft: Draft, now: datetime
+) -> SourceView | None:
+    if draft.source_ref is None or draft.source_revision is None:
+        return None
+    current = source_now(session, runtime, draft, now)
+    changed = {c["label"]: c["now"] for c in current.changes_from(draft.source)} if current else {}
+    others = [
+        other
+        for other in repository.pending_on_source(session, draft.tenant, draft.source_ref, now=now)
+        if other.id != draft.id
+    ]
+    total, limit = _total(draft, others), _limit(current)
+    return SourceView(
+        ref=draft.source_ref,
+        revision=draft.source_revision,
+        current_revision=current.revision if current else None,
+        moved=current is None or current.revision != draft.source_revision,
+        facts=[
+            SourceFactView(label=fact["label"], value=fact["value"], now=changed.get(fact["label"]))
+            for fact in draft.source or []
+        ],
+        others=[
+            PendingDraftView(
+                draft_id=other.id,
+                status=status_at(other, now),
+                summary=other.summary,
+                amount=amount_of(other),
+            )
+            for other in others
+        ],
+        total=total,
+        limit=limit,
+        warning=_warning(draft, current, others, total, limit),
+    )
+
+
+def _total(draft: Draft, others: list[Draft]) -> AmountView | None:
+    if draft.amount_minor is None or not draft.currency:
+        return None
+    same = [o.amount_minor or 0 for o in others if o.currency == draft.currency]
+    return AmountView.of(draft.amount_minor + sum(same), draft.currency)
+
+
+def _limit(current: SourceState | None) -> AmountView | None:
+    return None if current is None else current.limit
+
+
+def _warning(
+    draft: Draft,
+    current: SourceState | None,
+    others: list[Draft],
+    total: AmountView | None,
+    limit: AmountView | None,
+) -> str | None:
+    name = (draft.source_ref or "").split(":", 1)[-1]
+    if current is None:
+        return f"{name} can no longer be read: executing this draft will fail."
+    if current.revision != draft.source_revision:
+        return (
+            f"{name} changed since this draft was proposed: an approval now would be for a "
+            "state that no longer exists; execution will refuse it (SOURCE_CHANGED)."
+        )
+    if total is None or limit is None or total.currency != limit.currency:
+        return None
+    if total.amount_minor <= limit.amount_minor:
+        return None
+    with_others = f" with {len(others)} other pending draft(s)" if others else ""
+    return (
+        f"Together{with_others} this comes to {total.display}, more than the {limit.display} "
+        f"{name} allows now: not all of them can be executed."
+    )
