@@ -125,7 +125,9 @@ def describe(event: AuditEvent) -> str:
         case "draft.proposed" | "draft.revised":
             return f"revision {data.get('revision')}: {data.get('summary')} ({data.get('policy')})"
         case "draft.rebased":
-            return f"revision {data.get('revision')} on the source's new state: {data.get('reason')}"
+            return (
+                f"revision {data.get('revision')} on the source's new state: {data.get('reason')}"
+            )
         case "approval.approved" | "approval.rejected":
             verb = event.type.removeprefix("approval.")
             reason = f": {data['reason']}" if data.get("reason") else ""
