@@ -413,15 +413,15 @@ def _record_source_moved(runtime: Runtime, claim: Claim, source: SourceState) ->
                 reason=source_changed_reason(source.ref, changes) + "; it awaits approval again",
                 data={**moved, "execution_id": execution.id},
             )
-        except DomainError as refused:
-            detail = {**refused.audit_form(), "source_changed": moved}
+        except DomainError as no_longer:
+            detail = {**no_longer.audit_form(), "source_changed": moved}
             state.fail(
                 session,
                 execution,
                 draft,
                 now=now,
                 error=detail,
-                reason=f"{source_changed_reason(source.ref, changes)}; {refused.message}",
+                reason=f"{source_changed_reason(source.ref, changes)}; {no_longer.message}",
             )
             return RunResult(ExecutionStatus.FAILED.value)
         refused = errors.source_changed(source.ref, changes, draft.revision)
