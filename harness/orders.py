@@ -42,7 +42,8 @@ class Orders:
 def flow_order(engine: Any, label: str, index: int) -> str:
     """The order of flow ``index`` of the series ``label``, made unless it exists (so a
     retried flow, e.g. through a database outage, finds the one it made)."""
-    number = f"ORD-{hashlib.sha256(label.encode()).hexdigest()[:6]}{index:07d}"
+    series = int(hashlib.sha256(label.encode()).hexdigest(), 16) % 10**6  # ids are digits
+    number = f"ORD-{series:06d}{index:07d}"
     with session_scope(engine) as session:
         found = session.exec(
             select(Order).where(col(Order.tenant) == TENANT, col(Order.order_number) == number)

@@ -414,7 +414,11 @@ def _record_source_moved(runtime: Runtime, claim: Claim, source: SourceState) ->
                 data={**moved, "execution_id": execution.id},
             )
         except DomainError as no_longer:
-            detail = {**no_longer.audit_form(), "source_changed": moved}
+            detail = {
+                **no_longer.audit_form(),
+                "attempts_exhausted": False,
+                "source_changed": moved,
+            }
             state.fail(
                 session,
                 execution,

@@ -129,8 +129,10 @@ def test_the_worker_executes_passkey_browser_key_and_mixed_approvals_once(stack,
     authenticator = SoftwareAuthenticator(rp_id=RP_ID, origin=ORIGIN)
     key_id = enrol_passkey(api, stack.demo, "alice", authenticator)
     bobs_key = browser_key(api, stack, "bob")
-    by_passkey = propose_refund(stack.runtime, stack.demo, SMALL)
-    by_browser_key = propose_refund(stack.runtime, stack.demo, SMALL + 100)
+    # Each on an order of its own: refunds approved together on one order refuse each other
+    # (the second would find the order changed: SOURCE_CHANGED).
+    by_passkey = propose_refund(stack.runtime, stack.demo, SMALL, order="ORD-1003")
+    by_browser_key = propose_refund(stack.runtime, stack.demo, SMALL + 100, order="ORD-1002")
     by_both = propose_refund(stack.runtime, stack.demo, LARGE)
 
     assert passkey_approval(api, stack, authenticator, key_id, by_passkey)["status"] == "approved"

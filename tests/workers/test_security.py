@@ -50,21 +50,20 @@ FINISHED = ("succeeded", "failed")
 # --- helpers ------------------------------------------------------------------------------
 
 
-def refund_arguments(amount_minor: int) -> dict[str, Any]:
+def refund_arguments(amount_minor: int, order: str = ORDER) -> dict[str, Any]:
     return {
-        "order_id": ORDER,
+        "order_id": order,
         "amount": {"amount_minor": amount_minor, "currency": "USD"},
         "reason": "damaged",
     }
 
 
-def propose_refund(runtime: Runtime, demo: dict[str, Any], amount_minor: int) -> str:
+def propose_refund(
+    runtime: Runtime, demo: dict[str, Any], amount_minor: int, order: str = ORDER
+) -> str:
     door = ToolDoor(runtime, stdio_token=demo["tokens"]["agent"])
-    return str(
-        door.call("propose_refund", refund_arguments(amount_minor), new_trace_id(), None)[
-            "draft_id"
-        ]
-    )
+    arguments = refund_arguments(amount_minor, order)
+    return str(door.call("propose_refund", arguments, new_trace_id(), None)["draft_id"])
 
 
 def tamper(engine: Any, draft_id: str, **values: Any) -> None:
