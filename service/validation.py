@@ -225,6 +225,14 @@ def _describe(error: Any, null_paths: set[str]) -> str:
         message = "unknown field; remove it"
     elif error["type"] == "string_pattern_mismatch":
         message = f"must match {error['ctx']['pattern']}"
+    elif error["type"] in ("too_long", "too_short") and isinstance(error.get("input"), str):
+        # A string's length is in characters (a SafeText is checked after normalising, where
+        # pydantic says "items"); the words must say so.
+        ctx = error.get("ctx") or {}
+        bound = "at most" if error["type"] == "too_long" else "at least"
+        limit = ctx.get("max_length" if error["type"] == "too_long" else "min_length")
+        unit = "character" if limit == 1 else "characters"
+        message = f"{bound} {limit} {unit}, not {len(error['input'])}"
     message = message.removeprefix("Value error, ")
     return f"{location}: {message}"
 

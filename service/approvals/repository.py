@@ -26,3 +26,17 @@ def for_drafts(session: Session, draft_ids: Collection[str]) -> dict[str, list[A
     for approval in session.exec(statement).all():
         found[approval.draft_id].append(approval)
     return found
+
+
+def decided_by(
+    session: Session, tenant: str, approver: str, draft_ids: Collection[str]
+) -> set[str]:
+    """Which of the drafts ``approver`` signed a decision on (any revision)."""
+    if not draft_ids:
+        return set()
+    statement = select(col(Approval.draft_id)).where(
+        col(Approval.tenant) == tenant,
+        col(Approval.approver) == approver,
+        col(Approval.draft_id).in_(sorted(draft_ids)),
+    )
+    return set(session.exec(statement).all())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Generator
+from datetime import datetime
 from typing import Any
 
 from sqlmodel import Session, col, select
@@ -129,6 +130,37 @@ def tool_calls_in_traces(
             col(AuditEvent.trace_id).in_(sorted(trace_ids)),
             col(AuditEvent.actor) == actor,
             col(AuditEvent.type).startswith("tool."),
+        )
+        .order_by(col(AuditEvent.seq))
+        .limit(limit)
+    )
+    return list(session.exec(statement).all())
+
+
+def page_newest_first(
+    session: Session, tenant: str, filters: EventFilter, *, before_seq: int | None, limit: int
+) -> list[AuditEvent]:
+    """Matching events with seq < before_seq (all when None), newest first: the console's
+    view of the log (the API pages oldest first)."""
+    statement = _filtered(tenant, filters)
+    if before_seq is not None:
+        statement = statement.where(col(AuditEvent.seq) < before_seq)
+    statement = statement.order_by(col(AuditEvent.seq).desc()).limit(limit)
+    return list(session.exec(statement).all())
+
+
+def tool_calls_between(
+    session: Session, tenant: str, actor: str, *, since: datetime, until: datetime, limit: int
+) -> list[AuditEvent]:
+    """The tool.* events ``actor`` recorded between the two moments, oldest first."""
+    statement = (
+        select(AuditEvent)
+        .where(
+            col(AuditEvent.tenant) == tenant,
+            col(AuditEvent.actor) == actor,
+            col(AuditEvent.type).startswith("tool."),
+            col(AuditEvent.at) >= since,
+            col(AuditEvent.at) <= until,
         )
         .order_by(col(AuditEvent.seq))
         .limit(limit)

@@ -120,7 +120,13 @@ def detail_and_progress(
             )
             for r in repository.revisions(session, draft.id)
         ],
-        execution=ExecutionRef(execution_id=execution.id, status=execution.status)
+        execution=ExecutionRef(
+            execution_id=execution.id,
+            revision=execution.revision,
+            status=execution.status,
+            attempts=execution.attempts,
+            error=execution.error,
+        )
         if execution
         else None,
         statement_to_sign=(

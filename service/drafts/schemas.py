@@ -299,8 +299,15 @@ class RevisionView(BaseModel):
 
 
 class ExecutionRef(BaseModel):
+    """The draft's latest execution (of its latest executed revision)."""
+
     execution_id: str
+    revision: int
     status: ExecutionStatus
+    attempts: int = Field(description="Attempts started so far (retries and take-overs).")
+    error: dict[str, Any] | None = Field(
+        description="Why it failed: code, category, message (null unless it failed)."
+    )
 
 
 class DraftApproval(BaseModel):

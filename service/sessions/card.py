@@ -69,6 +69,7 @@ class Card:
     # Why the signed-in person cannot approve / reject it now (None: they can).
     approve_blocked: str | None
     reject_blocked: str | None
+    policy: str  # the policy and where the draft stands under it, in words
 
 
 def card(
@@ -115,7 +116,22 @@ def card(
         reject_blocked=_blocked(
             principal, detail, standing, DraftStatus.PROPOSED, DraftStatus.APPROVED
         ),
+        policy=policy_words(principal, detail, standing),
     )
+
+
+def policy_words(
+    principal: Principal, detail: DraftDetail, standing: progress.ApprovalProgress
+) -> str:
+    """'up to 500.00 USD: 1 approver; 0 of 1 so far': the policy as applied at proposal
+    and the gate's count now (the progress owner's, like every number on the card)."""
+    rule = str(detail.policy.get("rule") or detail.policy.get("name") or "its policy")
+    words = f"{rule}; {standing.received} of {standing.required} so far"
+    if principal.subject in standing.approvers:
+        words += ", yours among them"
+    if standing.required > int(detail.policy.get("approvals_required") or 0):
+        words += f" (the policy configured today asks for {standing.required})"
+    return words
 
 
 # Why a decision or an execution is no longer possible, by the draft's status, in words.

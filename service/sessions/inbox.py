@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, date, datetime, time
 from decimal import Decimal
 from enum import StrEnum
 from typing import Any
@@ -19,6 +19,7 @@ from typing import Any
 from sqlmodel import Session
 
 from service.approvals import progress
+from service.approvals import repository as approvals_repository
 from service.drafts import repository as drafts_repository
 from service.drafts.models import Draft, DraftStatus
 from service.drafts.schemas import amount_of
@@ -41,11 +42,41 @@ class Sort(StrEnum):
 
 
 class InboxStatus(StrEnum):
-    """What an approver can act on: sign (proposed), execute or stop (approved)."""
+    """What an approver can act on: sign (proposed), execute or stop (approved); and the
+    history: drafts decided already, all or by how they ended."""
 
     PROPOSED = "proposed"
     APPROVED = "approved"
     OPEN = "open"  # both
+    DECIDED = "decided"  # every draft no longer waiting for a decision
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    WITHDRAWN = "withdrawn"
+
+
+HISTORY: dict[InboxStatus, list[DraftStatus]] = {
+    InboxStatus.DECIDED: [
+        DraftStatus.QUEUED,
+        DraftStatus.RUNNING,
+        DraftStatus.SUCCEEDED,
+        DraftStatus.FAILED,
+        DraftStatus.REJECTED,
+        DraftStatus.EXPIRED,
+        DraftStatus.WITHDRAWN,
+    ],
+    **{
+        status: [DraftStatus(status.value)]
+        for status in (
+            InboxStatus.SUCCEEDED,
+            InboxStatus.FAILED,
+            InboxStatus.REJECTED,
+            InboxStatus.EXPIRED,
+            InboxStatus.WITHDRAWN,
+        )
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -75,14 +106,18 @@ def inbox(
     action: str | None = None,
     sort: Sort = Sort.AGE,
     descending: bool = False,
+    since: date | None = None,
+    approver: str | None = None,
 ) -> list[InboxItem]:
-    """The drafts ``principal`` may act on now; by default the oldest waiting first."""
+    """The drafts ``principal`` may act on now, by default the oldest waiting first; or the
+    history (``HISTORY``): every draft of the tenant that ended that way, whoever decided.
+    ``since``: created on or after that day (UTC); ``approver``: that person signed a
+    decision on it."""
     principal.require(Role.APPROVER, Role.AUDITOR)
-    statuses = (
-        [DraftStatus.PROPOSED, DraftStatus.APPROVED]
-        if status is InboxStatus.OPEN
-        else [DraftStatus(status.value)]
-    )
+    if status is InboxStatus.OPEN:
+        statuses = [DraftStatus.PROPOSED, DraftStatus.APPROVED]
+    else:
+        statuses = HISTORY.get(status) or [DraftStatus(status.value)]
     drafts: list[Draft] = []
     for wanted in statuses:
         drafts += drafts_repository.page(
@@ -94,8 +129,16 @@ def inbox(
             limit=INBOX_LIMIT,
             now=now,
         )
+    if since is not None:
+        start = datetime.combine(since, time.min, tzinfo=UTC)
+        drafts = [d for d in drafts if d.created_at >= start]
+    if approver:
+        signed = approvals_repository.decided_by(
+            session, principal.tenant, approver, [d.id for d in drafts]
+        )
+        drafts = [d for d in drafts if d.id in signed]
     standings = progress.of_drafts(session, progress.Rules.of(runtime), drafts)
-    if principal.role is Role.APPROVER:
+    if principal.role is Role.APPROVER and status not in HISTORY:
         drafts = [d for d in drafts if _decidable(d, standings[d.id].bar(principal.subject))]
     items = [_item(runtime, draft, standings[draft.id], now) for draft in drafts]
     items.sort(key=_sort_key(sort), reverse=descending)

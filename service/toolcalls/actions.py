@@ -224,6 +224,9 @@ def _record_call(
     started: float,
 ) -> None:
     data: dict[str, Any] = {"tool": name, "arguments": answer.masked_arguments, "outcome": "ok"}
+    # The end user the agent acted for: what ties its calls of one conversation together
+    # when their trace ids differ (sessions.auditing: the draft's timeline).
+    data["on_behalf_of"] = principal.on_behalf_of
     if spec is not None and spec.kind is ToolKind.PROPOSE:
         data["replayed"] = answer.result["replayed"]
     data["latency_us"] = int((time.perf_counter() - started) * 1_000_000)
@@ -325,5 +328,6 @@ def refused_call(
         "argument_names": argument_names,
         "outcome": "refused",
         "latency_us": latency_us,
+        "on_behalf_of": principal.on_behalf_of,
     }
     return Refusal.by(principal, "tool", error, trace_id=trace_id, context=context)

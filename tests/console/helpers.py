@@ -38,9 +38,11 @@ def call_tool(mcp_url: str, token: str, tool: str, arguments: dict[str, Any]) ->
     return in_own_loop(exchange)
 
 
-def propose_refund(stack: Any, amount_minor: int, note: str | None = None) -> str:
+def propose_refund(
+    stack: Any, amount_minor: int, note: str | None = None, order: str = ORDER
+) -> str:
     arguments: dict[str, Any] = {
-        "order_id": ORDER,
+        "order_id": order,
         "amount": {"amount_minor": amount_minor, "currency": "USD"},
         "reason": "damaged",
     }

@@ -1505,13 +1505,14 @@ def test_one_valid_approval_replayed_eight_times_at_once_counts_once(runtime, wo
 # the browser to the sign-in form), the sign-in form itself, a JSON read, a JSON write (a
 # session, its CSRF token and the console's own origin), the sign-in and sign-out forms, and
 # the static files.
-PAGE, FORM, READ, WRITE, SIGN_IN, SIGN_OUT, STATIC = (
+PAGE, FORM, READ, WRITE, SIGN_IN, SIGN_OUT, EXPORT, STATIC = (
     "page",
     "form",
     "read",
     "write",
     "sign_in",
     "sign_out",
+    "export",  # a form post answered with a file (the audit export)
     "static",
 )
 CONSOLE_ROUTES: dict[tuple[str, str], str] = {
@@ -1523,6 +1524,9 @@ CONSOLE_ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/console/inbox/rows"): PAGE,
     ("GET", "/console/drafts/{draft_id}"): PAGE,
     ("GET", "/console/keys"): PAGE,
+    ("GET", "/console/audit"): PAGE,
+    ("GET", "/console/audit/drafts/{draft_id}"): PAGE,
+    ("POST", "/console/audit/export"): EXPORT,
     ("POST", "/console/drafts/{draft_id}/approvals"): WRITE,
     ("POST", "/console/drafts/{draft_id}/execute"): WRITE,
     ("GET", "/console/executions/{execution_id}"): READ,
@@ -1617,7 +1621,7 @@ def test_the_console_refuses_every_request_without_a_session_and_ignores_bearer_
             for caller in bearers:
                 headers = {"Origin": CONSOLE_ORIGIN, **(caller.headers if caller else {})}
                 before = world.state()
-                if method == "POST" and kind in (SIGN_IN, SIGN_OUT):
+                if method == "POST" and kind in (SIGN_IN, SIGN_OUT, EXPORT):
                     response = client.post(url, data={}, headers=headers)
                 else:
                     body = _console_body(world, path, ids["draft_id"]) if kind == WRITE else None
@@ -1643,7 +1647,7 @@ def test_the_console_refuses_every_request_without_a_session_and_ignores_bearer_
                     location = response.headers.get("location", "")
                     if (response.status_code, location) != (308, "/console/"):
                         problems.append(f"{label}: {response.status_code} {location!r}")
-                elif kind == SIGN_OUT:  # a form: refused with the console's own error page
+                elif kind in (SIGN_OUT, EXPORT):  # a form: refused with the console's error page
                     if response.status_code not in (401, 403):
                         problems.append(f"{label}: {response.status_code} {response.text[:200]}")
                 elif kind == SIGN_IN:  # no token in the form: refused, nobody signed in

@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, ValidationError
 from service.canonical import params_sha256
 from service.errors import Category, DomainError
 from service.money import Money
+from service.shop.schemas import RefundInput
 from service.validation import StrictInput, check_bounds, input_schema, output_schema, parse
 
 
@@ -351,3 +352,14 @@ def test_strict_input_models_are_frozen():
     parsed = parse(Outer, VALID)
     with pytest.raises(ValidationError):
         parsed.quantity = 1  # type: ignore[misc]
+
+
+def test_free_text_too_long_is_counted_in_characters_not_items():
+    arguments = {
+        "order_id": "ORD-1004",
+        "amount": {"amount_minor": 1, "currency": "USD"},
+        "reason": "damaged",
+        "note": "x" * 501,
+    }
+    error = _refusal(RefundInput, arguments)
+    assert error.details["problems"] == ["note: at most 500 characters, not 501"]

@@ -104,6 +104,24 @@ def _unattended(request: Request) -> bool:
     return request.headers.get(REFRESH_HEADER) == "1" or request.url.path.endswith("/events")
 
 
+def signed_in(request: Request) -> ConsoleCaller | None:
+    """Who is signed in, for an error page's navigation only: a lookup that writes, refuses
+    and audits nothing (the refusal the page shows was audited already), and None when
+    nobody is or it cannot be told (the database may be why this page is an error)."""
+    secret = request.cookies.get(COOKIE)
+    if not secret:
+        return None
+    try:
+        verdict = session_verdict(request.app.state.runtime, secret, now=utcnow())
+    except Exception:
+        return None
+    if verdict.principal is None or verdict.session_id is None or verdict.ending is not None:
+        return None
+    return ConsoleCaller(
+        verdict.principal, verdict.session_id, sessions.csrf_token_for(secret), secret
+    )
+
+
 Caller = Annotated[ConsoleCaller, Depends(get_caller)]
 
 

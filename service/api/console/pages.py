@@ -5,10 +5,12 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from datetime import date
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Form, Query, Request, Response
+from fastapi import APIRouter, Depends, Form, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
@@ -23,6 +25,7 @@ from service.api.console.deps import (
     PageReadUnit,
     SignInRequired,
     get_caller,
+    signed_in,
 )
 from service.api.console.guard import is_loopback_http
 from service.api.console.templating import build_templates
@@ -45,7 +48,17 @@ from service.tokens.authentication import authenticate_presented
 
 templates = build_templates()
 NEXT_PATTERN = re.compile(r"^/console/[A-Za-z0-9/_\-?=&.%]*$")
-STATUS_LABELS = [("proposed", "waiting for approval"), ("approved", "approved"), ("open", "both")]
+STATUS_LABELS = [
+    ("proposed", "waiting for approval"),
+    ("approved", "approved"),
+    ("open", "both"),
+    ("decided", "history: every decided draft"),
+    ("succeeded", "history: executed"),
+    ("failed", "history: failed"),
+    ("rejected", "history: rejected"),
+    ("expired", "history: expired"),
+    ("withdrawn", "history: withdrawn"),
+]
 SORT_LABELS = [("age", "age"), ("amount", "amount"), ("risk", "risk"), ("expiry", "expiry")]
 
 
@@ -84,12 +97,13 @@ def invalid_request(error: RequestValidationError) -> DomainError:
 
 def problem_page(request: Request, error: DomainError) -> HTMLResponse:
     status = STATUS_BY_CODE.get(error.code) or STATUS_BY_CATEGORY[error.category]
+    caller = signed_in(request)  # the page keeps its navigation and Sign out
     return templates.TemplateResponse(
         request,
         "error.html",
         {
-            "caller": None,
-            "csrf_token": None,
+            "caller": caller,
+            "csrf_token": caller.csrf_token if caller else None,
             "status": status,
             "title": error.code.replace("_", " ").capitalize(),
             "code": error.code,
@@ -100,7 +114,7 @@ def problem_page(request: Request, error: DomainError) -> HTMLResponse:
     )
 
 
-def _page(
+def render(
     request: Request, name: str, caller: ConsoleCaller | None, **context: Any
 ) -> HTMLResponse:
     return templates.TemplateResponse(
@@ -241,14 +255,54 @@ def sign_out(
 # --- the inbox ----------------------------------------------------------------------------
 
 
-def _inbox_query(
-    status: inboxes.InboxStatus, action: str | None, sort: inboxes.Sort, order: str
-) -> dict[str, Any]:
-    return {"status": status, "action": action or None, "sort": sort, "descending": order == "desc"}
-
-
 Order = Annotated[str, Query(pattern="^(asc|desc)$")]
 ActionFilter = Annotated[str | None, Query(max_length=64)]
+# A day, or empty (the form sends its empty date input along: no filter).
+SinceFilter = Annotated[
+    str | None,
+    Query(pattern=r"^(\d{4}-\d{2}-\d{2})?$", description="Created on or after (UTC day)."),
+]
+ApproverFilter = Annotated[str | None, Query(max_length=128)]
+
+
+@dataclass(frozen=True)
+class InboxQuery:
+    """The inbox's filters, as the page and its rows both read them."""
+
+    status: inboxes.InboxStatus = inboxes.InboxStatus.PROPOSED
+    action: str | None = None
+    sort: inboxes.Sort = inboxes.Sort.AGE
+    order: str = "asc"
+    since: date | None = None
+    approver: str | None = None
+
+    def arguments(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "action": self.action or None,
+            "sort": self.sort,
+            "descending": self.order == "desc",
+            "since": self.since,
+            "approver": self.approver or None,
+        }
+
+
+def inbox_query(
+    status: inboxes.InboxStatus = inboxes.InboxStatus.PROPOSED,
+    action: ActionFilter = None,
+    sort: inboxes.Sort = inboxes.Sort.AGE,
+    order: Order = "asc",
+    since: SinceFilter = None,
+    approver: ApproverFilter = None,
+) -> InboxQuery:
+    try:
+        day = date.fromisoformat(since) if since else None
+    except ValueError:
+        raise invalid_argument(f"since: not a day of the calendar: {since}") from None
+    return InboxQuery(status, action, sort, order, day, approver)
+
+
+InboxQueryDep = Annotated[InboxQuery, Depends(inbox_query)]
 
 
 @router.get("/", name="console.inbox")
@@ -257,28 +311,23 @@ def inbox(
     session: PageReadUnit,
     runtime: RuntimeDep,
     caller: PageCaller,
-    status: inboxes.InboxStatus = inboxes.InboxStatus.PROPOSED,
-    action: ActionFilter = None,
-    sort: inboxes.Sort = inboxes.Sort.AGE,
-    order: Order = "asc",
+    query: InboxQueryDep,
 ) -> HTMLResponse:
     if caller.principal.role is Role.ADMIN:
         admins = (
             "Admins decide no drafts: manage keys, passkeys and enrolments from Keys & passkeys."
         )
-        return _page(request, "inbox.html", caller, items=[], filters=None, note=admins)
+        return render(request, "inbox.html", caller, items=[], filters=None, note=admins)
     items = inboxes.inbox(
-        session,
-        caller.principal,
-        runtime=runtime,
-        now=utcnow(),
-        **_inbox_query(status, action, sort, order),
+        session, caller.principal, runtime=runtime, now=utcnow(), **query.arguments()
     )
     filters = {
-        "status": status.value,
-        "action": action or "",
-        "sort": sort.value,
-        "order": order,
+        "status": query.status.value,
+        "action": query.action or "",
+        "sort": query.sort.value,
+        "order": query.order,
+        "since": query.since.isoformat() if query.since else "",
+        "approver": query.approver or "",
         "statuses": STATUS_LABELS,
         "sorts": SORT_LABELS,
         "actions": sorted(runtime.registry.writes),
@@ -288,7 +337,7 @@ def inbox(
         if caller.principal.role is Role.AUDITOR
         else None
     )
-    return _page(request, "inbox.html", caller, items=items, filters=filters, note=note)
+    return render(request, "inbox.html", caller, items=items, filters=filters, note=note)
 
 
 @router.get("/inbox/rows", name="console.inbox_rows")
@@ -297,20 +346,13 @@ def inbox_rows(
     session: PageReadUnit,
     runtime: RuntimeDep,
     caller: PageCaller,
-    status: inboxes.InboxStatus = inboxes.InboxStatus.PROPOSED,
-    action: ActionFilter = None,
-    sort: inboxes.Sort = inboxes.Sort.AGE,
-    order: Order = "asc",
+    query: InboxQueryDep,
 ) -> HTMLResponse:
     """The inbox's rows alone (htmx swaps them in on a filter change or a live update)."""
     items = inboxes.inbox(
-        session,
-        caller.principal,
-        runtime=runtime,
-        now=utcnow(),
-        **_inbox_query(status, action, sort, order),
+        session, caller.principal, runtime=runtime, now=utcnow(), **query.arguments()
     )
-    return _page(request, "_rows.html", caller, items=items)
+    return render(request, "_rows.html", caller, items=items)
 
 
 # --- one draft ------------------------------------------------------------------------------
@@ -341,12 +383,13 @@ def card(
         "status": d.status.value,
         "policy": {"required": view.progress.required, "approved": view.progress.received},
         "execution_id": d.execution.execution_id if d.execution else None,
+        "execution_status": d.execution.status.value if d.execution else None,
     }
-    return _page(request, "card.html", caller, card=view, draft_data=draft_data)
+    return render(request, "card.html", caller, card=view, draft_data=draft_data)
 
 
 @router.get("/keys", name="console.keys")
 def keys(request: Request, caller: PageCaller) -> HTMLResponse:
     principal = caller.principal
     data = {"tenant": principal.tenant, "subject": principal.subject, "role": principal.role.value}
-    return _page(request, "keys.html", caller, console_data=data)
+    return render(request, "keys.html", caller, console_data=data)

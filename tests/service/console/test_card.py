@@ -60,6 +60,7 @@ def test_the_card_meets_the_dom_contract(browser, door, demo):
         "status": "proposed",
         "policy": {"required": 1, "approved": 0},
         "execution_id": None,
+        "execution_status": None,
     }
     for id in ("approve", "reject", "execute"):
         assert card.by_id(id).tag == "button", id

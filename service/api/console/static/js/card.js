@@ -4,13 +4,17 @@
 // server: the digest is recomputed with JCS + SHA-256, and a page whose params do not hash
 // to the digest the server names is refused before anything is signed (a draft the page
 // cannot show faithfully must not be approved from it). Everything written into the page is
-// textContent: nothing the server or the agent sent is ever parsed as HTML.
+// textContent, with one exception that is no weaker than a reload: the live refresh takes
+// the regions marked data-live from this same page as the server renders it now (parsed
+// inert by DOMParser: no script runs), so the card keeps up without a reload.
 
 import { canonicalBytes, sha256Hex } from "./jcs.js";
-import { postJson, requestJson, signWith, storedKey } from "./keys.js";
+import { postJson, requestJson, showProblem, signWith, storedKey } from "./keys.js";
 import { passkeyAssertion } from "./passkeys.js";
 
-const FINISHED = new Set(["succeeded", "failed"]);
+const FINISHED = new Set(["succeeded", "failed", "expired"]);
+const BUTTONS = ["approve", "approve-passkey", "reject", "reject-passkey", "execute"];
+const REFRESH_HEADER = "X-Console-Refresh"; // a refresh is not the person's activity
 const STATEMENT_TYPE = "draftgate.approval.v1";
 
 const element = (id) => document.getElementById(id);
@@ -115,6 +119,7 @@ async function signAndPost(draft, paramsSha256, { decision, passkey }) {
   if (updated.status === "approved") {
     showExecute();
   }
+  await refresh(draft);
 }
 
 function showExecute() {
@@ -136,13 +141,89 @@ async function execute(draft) {
     throw error;
   }
   write("execution-status", `execution ${answer.execution_id}: ${answer.status}`);
-  follow(answer.execution_id);
+  draft.execution_id = answer.execution_id;
+  follow(draft, answer.execution_id);
+  await refresh(draft);
 }
 
-/** Follow an execution until it finished: server-sent events, one look by GET to end with. */
-function follow(executionId) {
+/**
+ * Re-read this page and put its live regions (facts, the world, decisions, the execution)
+ * and the server's choice of buttons in place. A new revision (the agent revised it, or its
+ * source moved and it was rebased) reloads the page: what is signed must be what is shown.
+ */
+async function refresh(draft) {
+  const response = await fetch(window.location.href, {
+    headers: { Accept: "text/html", [REFRESH_HEADER]: "1" },
+    credentials: "same-origin",
+  });
+  if (!response.ok) {
+    return;
+  }
+  const next = new DOMParser().parseFromString(await response.text(), "text/html");
+  const data = next.getElementById("draft-data");
+  const fresh = data ? JSON.parse(data.textContent) : null;
+  if (!fresh) {
+    return;
+  }
+  if (fresh.revision !== draft.revision || fresh.source_revision !== draft.source_revision) {
+    window.location.reload();
+    return;
+  }
+  for (const region of document.querySelectorAll("[data-live]")) {
+    const replacement = next.getElementById(region.id);
+    if (replacement) {
+      region.replaceWith(document.importNode(replacement, true));
+    }
+  }
+  for (const id of BUTTONS) {
+    const button = element(id);
+    const now = next.getElementById(id);
+    if (button && now) {
+      button.hidden = now.hidden;
+      button.disabled = now.hidden || now.disabled;
+    }
+  }
+  draft.status = fresh.status;
+  if (fresh.execution_id && fresh.execution_id !== draft.execution_id) {
+    draft.execution_id = fresh.execution_id;
+    follow(draft, fresh.execution_id);
+  }
+  document.body.dataset.cardRefreshed = String(Number(document.body.dataset.cardRefreshed || 0) + 1);
+}
+
+/** Refresh when this draft, or another pending on the same source, changes: the inbox's
+ * live channel (one EventSource on /console/events). */
+function listen(draft) {
+  const events = new EventSource("/console/events");
+  let pending = null;
+  events.addEventListener("draft", (message) => {
+    const { draft_id: changed } = JSON.parse(message.data);
+    const related = new Set([draft.draft_id, ...relatedDrafts()]);
+    if (!related.has(changed) || pending) {
+      return;
+    }
+    pending = setTimeout(() => {
+      pending = null;
+      refresh(draft).catch((error) => showProblem(element("decision-status"), error));
+    }, 150);
+  });
+}
+
+function relatedDrafts() {
+  return [...document.querySelectorAll("#source-others [data-draft-id]")].map(
+    (item) => item.dataset.draftId,
+  );
+}
+
+/** Follow an execution until it finished: server-sent events, one look by GET to end with;
+ * each change refreshes the card (a failure shows its reason at once). */
+function follow(draft, executionId) {
   const base = `/console/executions/${encodeURIComponent(executionId)}`;
-  const show = (status) => write("execution-status", `execution ${executionId}: ${status}`);
+  const show = (status) => {
+    if (draft.execution_id === executionId) {
+      refresh(draft).catch(() => write("execution-status", `execution ${executionId}: ${status}`));
+    }
+  };
   const events = new EventSource(`${base}/events`);
   events.addEventListener("execution", (event) => {
     const { status } = JSON.parse(event.data);
@@ -158,10 +239,10 @@ function follow(executionId) {
       const { status } = await requestJson(base);
       show(status);
       if (!FINISHED.has(status)) {
-        setTimeout(() => follow(executionId), 1000);
+        setTimeout(() => follow(draft, executionId), 1000);
       }
     } catch (error) {
-      write("execution-status", error.message);
+      showProblem(element("execution-status"), error);
     }
   };
 }
@@ -172,7 +253,7 @@ function guarded(action, target = "decision-status") {
     try {
       await action();
     } catch (error) {
-      write(target, error instanceof Error ? error.message : String(error));
+      showProblem(element(target), error);
     }
   };
 }
@@ -215,15 +296,16 @@ async function wireCard() {
     "click",
     guarded(() => execute(draft), "execution-status"),
   );
-  if (draft.execution_id) {
-    follow(draft.execution_id);
+  if (draft.execution_id && !FINISHED.has(draft.execution_status)) {
+    follow(draft, draft.execution_id);
   } else if (draft.status === "approved") {
     showExecute();
   }
+  listen(draft);
   document.body.dataset.cardReady = "true"; // for tests and for styles: the JS is wired
 }
 
-wireCard().catch((error) => write("decision-status", String(error)));
+wireCard().catch((error) => showProblem(element("decision-status"), error));
 
 // Where the draft stands after a decision, in words, from the server's count (the gate's).
 function standing(updated, progress) {

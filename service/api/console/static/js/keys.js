@@ -38,6 +38,23 @@ export class ConsoleError extends Error {
   }
 }
 
+/**
+ * A refusal in words for a person: the server's message, then its code, small (the code is
+ * what to quote to an operator; the sentence is what to read). Built with textContent.
+ */
+export function showProblem(target, error) {
+  if (!target) {
+    return;
+  }
+  target.textContent = error instanceof Error ? error.message : String(error);
+  if (error instanceof ConsoleError && error.code) {
+    const code = document.createElement("small");
+    code.className = "code muted";
+    code.textContent = error.code;
+    target.append(" ", code);
+  }
+}
+
 function csrfToken() {
   const meta = document.querySelector('meta[name="csrf-token"]');
   return meta ? meta.content : "";
@@ -67,9 +84,7 @@ export async function requestJson(url, { method = "GET", body } = {}) {
   if (!response.ok) {
     const code = payload && typeof payload.code === "string" ? payload.code : null;
     const detail = payload && (payload.detail || payload.title);
-    const text = [code, typeof detail === "string" ? detail : `HTTP ${response.status}`]
-      .filter(Boolean)
-      .join(": ");
+    const text = typeof detail === "string" ? detail : `The server answered HTTP ${response.status}.`;
     throw new ConsoleError(text, { status: response.status, code });
   }
   return payload;
@@ -249,7 +264,9 @@ export async function showCredentials(approver) {
       items.push(item(`Enrolment of ${enrolment.kind} ${enrolment.key_id}: waits for an admin`));
     }
   } catch (error) {
-    items.push(item(error.message));
+    const problem = item("");
+    showProblem(problem, error);
+    items.push(problem);
   }
   const ul = document.createElement("ul");
   ul.replaceChildren(...items);
@@ -279,7 +296,7 @@ function guarded(approver, handler) {
     try {
       await handler(approver);
     } catch (error) {
-      say(error instanceof Error ? error.message : String(error));
+      showProblem(document.getElementById("keys-status"), error);
     }
     await showCredentials(approver);
   };

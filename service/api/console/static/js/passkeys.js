@@ -8,6 +8,7 @@
 import { canonicalBytes } from "./jcs.js";
 import {
   ConsoleError,
+  showProblem,
   b64url,
   consoleData,
   postJson,
@@ -90,7 +91,7 @@ function wireKeysPage() {
       const enrolled = await enrolPasskey("passkey enrolled in the console");
       say(`passkey ${enrolled.key_id} enrolled; an admin must approve it before it signs`);
     } catch (error) {
-      say(error instanceof Error ? error.message : String(error));
+      showProblem(document.getElementById("keys-status"), error);
     }
     await showCredentials(approver);
   });
