@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
 from sqlmodel import Session
@@ -38,6 +38,14 @@ def get_runtime(request: Request) -> Runtime:
 
 
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+
+# A query parameter of text: bounded, and without control characters (a NUL would reach the
+# database as is, and PostgreSQL refuses it: a 5xx instead of a clear 400).
+NO_CONTROL = r"^[^\x00-\x1f\x7f]*$"
+
+
+def text_query(max_length: int, **kwargs: Any) -> Any:
+    return Query(max_length=max_length, pattern=NO_CONTROL, **kwargs)
 
 
 def get_trace_id(request: Request) -> str:

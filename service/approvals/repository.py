@@ -28,15 +28,12 @@ def for_drafts(session: Session, draft_ids: Collection[str]) -> dict[str, list[A
     return found
 
 
-def decided_by(
-    session: Session, tenant: str, approver: str, draft_ids: Collection[str]
-) -> set[str]:
-    """Which of the drafts ``approver`` signed a decision on (any revision)."""
-    if not draft_ids:
-        return set()
-    statement = select(col(Approval.draft_id)).where(
-        col(Approval.tenant) == tenant,
-        col(Approval.approver) == approver,
-        col(Approval.draft_id).in_(sorted(draft_ids)),
+def decided_by(session: Session, tenant: str, approver: str, *, limit: int) -> set[str]:
+    """The drafts ``approver`` signed a decision on (any revision), the latest ``limit``."""
+    statement = (
+        select(col(Approval.draft_id))
+        .where(col(Approval.tenant) == tenant, col(Approval.approver) == approver)
+        .order_by(col(Approval.created_at).desc())
+        .limit(limit)
     )
     return set(session.exec(statement).all())

@@ -326,6 +326,9 @@ def _render_source(source: dict[str, Any] | None) -> None:
     for other in source["others"]:
         amount = f" {other['amount']['display']}" if other.get("amount") else ""
         echo(f"    also pending on it: {other['draft_id']} [{other['status']}]{amount}")
+    hidden = source.get("others_count", 0) - len(source["others"])
+    if hidden > 0:
+        echo(f"    and {hidden} more pending on it (counted in the total)")
     if source.get("total"):
         limit = f"; allowed now: {source['limit']['display']}" if source.get("limit") else ""
         echo(f"    together: {source['total']['display']}{limit}")

@@ -264,7 +264,11 @@ def rebase(
     twin = repository.by_open_dedupe_key(
         ctx.session, state.dedupe_key(ctx.principal, action.name, proposal.params_sha256)
     )
-    if twin is not None and twin.id != draft.id:
+    if (
+        twin is not None
+        and twin.id != draft.id
+        and not expire_if_due(ctx.session, twin, now=ctx.now)
+    ):
         raise errors.duplicate_open_draft(twin.id)
     left = state.rebase(
         ctx.session,

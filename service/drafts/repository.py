@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, or_
+from sqlalchemy import case, delete, func, or_
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
@@ -119,11 +119,18 @@ def page(
     after: tuple[datetime, str] | None,
     limit: int,
     now: datetime,
+    since: datetime | None = None,
+    among: Collection[str] | None = None,
 ) -> list[Draft]:
     """Newest first, keyset-paginated on (created_at, id) so pages stay stable under inserts.
 
-    ``status`` is the status as read at ``now``: an open draft past its time is expired."""
+    ``status`` is the status as read at ``now``: an open draft past its time is expired.
+    ``since``: created then or later; ``among``: only these ids."""
     statement = select(Draft).where(col(Draft.tenant) == tenant)
+    if since is not None:
+        statement = statement.where(col(Draft.created_at) >= since)
+    if among is not None:
+        statement = statement.where(col(Draft.id).in_(sorted(among)))
     is_open = col(Draft.status).in_([s.value for s in OPEN_STATUSES])
     if status == DraftStatus.EXPIRED:
         past = col(Draft.expires_at) <= now
@@ -285,25 +292,42 @@ PENDING_ON_SOURCE = (
 )
 
 
+def _pending_on(tenant: str, source_ref: str, now: datetime) -> list[Any]:
+    return [
+        col(Draft.tenant) == tenant,
+        col(Draft.source_ref) == source_ref,
+        col(Draft.status).in_([s.value for s in PENDING_ON_SOURCE]),
+        # An open draft past its time is expired for every reader; one on its way to
+        # execution is not (its execution has its own deadline).
+        or_(
+            col(Draft.status).in_([s.value for s in OPEN_STATUSES]).is_(False),
+            col(Draft.expires_at) > now,
+        ),
+    ]
+
+
 def pending_on_source(
     session: Session, tenant: str, source_ref: str, *, now: datetime, limit: int = 50
 ) -> list[Draft]:
-    """The drafts on this source that may still change it, oldest first (expired ones
-    excluded even before the sweeper records them)."""
+    """The first ``limit`` drafts on this source that may still change it, oldest first
+    (expired ones excluded even before the sweeper records them)."""
     statement = (
         select(Draft)
-        .where(
-            col(Draft.tenant) == tenant,
-            col(Draft.source_ref) == source_ref,
-            col(Draft.status).in_([s.value for s in PENDING_ON_SOURCE]),
-            # An open draft past its time is expired for every reader; one on its way to
-            # execution is not (its execution has its own deadline).
-            or_(
-                col(Draft.status).in_([s.value for s in OPEN_STATUSES]).is_(False),
-                col(Draft.expires_at) > now,
-            ),
-        )
+        .where(*_pending_on(tenant, source_ref, now))
         .order_by(col(Draft.created_at), col(Draft.id))
         .limit(limit)
     )
     return list(session.exec(statement).all())
+
+
+def pending_totals(
+    session: Session, tenant: str, source_ref: str, *, currency: str | None, now: datetime
+) -> tuple[int, int]:
+    """How many drafts on this source may still change it, and their amounts in ``currency``
+    added up: every one of them, however many (the list above shows only the first)."""
+    amount = func.coalesce(
+        func.sum(case((col(Draft.currency) == currency, col(Draft.amount_minor)), else_=0)), 0
+    )
+    statement = sa_select(func.count(), amount).where(*_pending_on(tenant, source_ref, now))
+    count, total = session.execute(statement).one()
+    return int(count), int(total)

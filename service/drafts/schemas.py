@@ -353,8 +353,9 @@ class SourceView(BaseModel):
     moved: bool = Field(description="It changed since the draft's revision was proposed.")
     facts: list[SourceFactView]
     others: list[PendingDraftView] = Field(
-        description="Other drafts on the same source that may still change it."
+        description="Other drafts on the same source that may still change it (the first 50)."
     )
+    others_count: int = Field(description="How many other drafts may still change it, all.")
     total: AmountView | None = Field(
         description="This draft's amount plus the others' in the same currency."
     )

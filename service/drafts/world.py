@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from sqlmodel import Session
 
 from service.drafts import repository
-from service.drafts.models import Draft
+from service.drafts.models import OPEN_STATUSES, Draft
 from service.drafts.schemas import PendingDraftView, SourceFactView, SourceView, amount_of
 from service.drafts.state import status_at
 from service.errors import DomainError
@@ -56,7 +56,8 @@ def source_view(
         for other in repository.pending_on_source(session, draft.tenant, draft.source_ref, now=now)
         if other.id != draft.id
     ]
-    total, limit = _total(draft, others), _limit(current)
+    pending, total = _total(session, draft, now)
+    limit = _limit(current)
     return SourceView(
         ref=draft.source_ref,
         revision=draft.source_revision,
@@ -75,17 +76,29 @@ def source_view(
             )
             for other in others
         ],
+        others_count=pending,
         total=total,
         limit=limit,
-        warning=_warning(draft, current, others, total, limit),
+        warning=_warning(draft, current, pending, total, limit),
     )
 
 
-def _total(draft: Draft, others: list[Draft]) -> AmountView | None:
+def _total(session: Session, draft: Draft, now: datetime) -> tuple[int, AmountView | None]:
+    """How many other drafts may still change the draft's source, and the amount all of them
+    and this one come to in its currency (every one: padding the list with small drafts
+    cannot hide a large one from the sum)."""
+    assert draft.source_ref is not None
+    count, pending = repository.pending_totals(
+        session, draft.tenant, draft.source_ref, currency=draft.currency, now=now
+    )
+    this_pending = draft.status in repository.PENDING_ON_SOURCE and (
+        draft.status not in OPEN_STATUSES or draft.expires_at > now
+    )
+    others = count - (1 if this_pending else 0)
     if draft.amount_minor is None or not draft.currency:
-        return None
-    same = [o.amount_minor or 0 for o in others if o.currency == draft.currency]
-    return AmountView.of(draft.amount_minor + sum(same), draft.currency)
+        return others, None
+    own = 0 if this_pending else draft.amount_minor
+    return others, AmountView.of(pending + own, draft.currency)
 
 
 def _limit(current: SourceState | None) -> AmountView | None:
@@ -95,7 +108,7 @@ def _limit(current: SourceState | None) -> AmountView | None:
 def _warning(
     draft: Draft,
     current: SourceState | None,
-    others: list[Draft],
+    others: int,
     total: AmountView | None,
     limit: AmountView | None,
 ) -> str | None:
@@ -111,7 +124,7 @@ def _warning(
         return None
     if total.amount_minor <= limit.amount_minor:
         return None
-    with_others = f" with {len(others)} other pending draft(s)" if others else ""
+    with_others = f" with {others} other pending draft(s)" if others else ""
     return (
         f"Together{with_others} this comes to {total.display}, more than the {limit.display} "
         f"{name} allows now: not all of them can be executed."

@@ -106,3 +106,12 @@ def source_changed(ref: str, changes: list[dict[str, str]], revision: int) -> Do
         f"{ref.split(':', 1)[-1]} changed after the approval ({what or 'its revision moved'}); "
         f"nothing was executed. The draft awaits approval again as revision {revision}."
     )
+
+
+def source_changed_after_attempts(ref: str, attempt: int) -> DomainError:
+    return SOURCE_CHANGED(
+        f"{ref.split(':', 1)[-1]} changed after the approval and after {attempt - 1} earlier "
+        "attempt(s) of this execution, whose effect elsewhere is not known here: nothing more "
+        "is executed and the draft is not rebased.",
+        suggested_action="Check the order's state; propose the change again if still wanted.",
+    )

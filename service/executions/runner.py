@@ -243,6 +243,9 @@ def _tampered(runtime: Runtime, execution: Execution, draft: Draft | None) -> st
         return "the draft changed after its execution was requested"
     if execution.idempotency_key != f"{draft.id}:{draft.revision}":
         return "the execution's idempotency key does not match its draft"
+    action = runtime.registry.write(draft.action)
+    if action is not None and action.declares_source and draft.source_revision is None:
+        return "the draft names no source revision, but its action binds one"
     return None
 
 
@@ -261,10 +264,10 @@ def _apply(runtime: Runtime, claim: Claim) -> Outcome:
         done = action.applied(ctx, claim.idempotency_key)
         if done is not None:
             return done
-        if source is not None and source.revision != claim.source_revision:
-            raise SourceMoved(source)
         if claim.recovery_only:
             raise errors.attempts_exhausted(claim.attempt - 1)
+        if source is not None and source.revision != claim.source_revision:
+            raise SourceMoved(source)
         action.validate(ctx, params)
         outcome = action.execute(ctx, params, claim.idempotency_key)
         # The fencing check, in the downstream's own transaction: if another delivery took
@@ -400,9 +403,17 @@ def _record_source_moved(runtime: Runtime, claim: Claim, source: SourceState) ->
         execution, draft = _current(session, claim)
         if execution is None or draft is None:
             return RunResult("superseded")
-        now = utcnow()
         changes = source.changes_from(draft.source)
         moved = {"source_ref": source.ref, "changes": changes}
+        why = source_changed_reason(source.ref, changes)
+        if claim.attempt > 1:
+            # An earlier attempt may have reached a system outside this database before it
+            # failed: a new revision would run under a new idempotency key, which that system
+            # would take for another change. Fail closed; the outcome is reconciled, not
+            # re-approved (docs/approvals.md, "Source-bound approvals").
+            unknown = errors.source_changed_after_attempts(source.ref, claim.attempt)
+            why += " after an earlier attempt; it is not rebased (propose it again if wanted)"
+            return _fail_moved(session, execution, draft, unknown, moved, why)
         try:  # a refused revalidation writes nothing
             drafts_actions.rebase(
                 _context(runtime, claim, session),
@@ -410,28 +421,31 @@ def _record_source_moved(runtime: Runtime, claim: Claim, source: SourceState) ->
                 draft,
                 policies=runtime.policies,
                 actor=state.WORKER,
-                reason=source_changed_reason(source.ref, changes) + "; it awaits approval again",
+                reason=why + "; it awaits approval again",
                 data={**moved, "execution_id": execution.id},
             )
         except DomainError as no_longer:
-            detail = {
-                **no_longer.audit_form(),
-                "attempts_exhausted": False,
-                "source_changed": moved,
-            }
-            state.fail(
-                session,
-                execution,
-                draft,
-                now=now,
-                error=detail,
-                reason=f"{source_changed_reason(source.ref, changes)}; {no_longer.message}",
+            return _fail_moved(
+                session, execution, draft, no_longer, moved, f"{why}; {no_longer.message}"
             )
-            return RunResult(ExecutionStatus.FAILED.value)
         refused = errors.source_changed(source.ref, changes, draft.revision)
         error = {**refused.audit_form(), "source_changed": moved, "revision": draft.revision}
-        state.end_source_moved(session, execution, now=now, error=error)
+        state.end_source_moved(session, execution, now=utcnow(), error=error)
         return RunResult(ExecutionStatus.FAILED.value)
+
+
+def _fail_moved(
+    session: Session,
+    execution: Execution,
+    draft: Draft,
+    error: DomainError,
+    moved: dict[str, Any],
+    reason: str,
+) -> RunResult:
+    """End the execution and its draft failed with ``error``, noting what moved."""
+    detail = {**error.audit_form(), "attempts_exhausted": False, "source_changed": moved}
+    state.fail(session, execution, draft, now=utcnow(), error=detail, reason=reason)
+    return RunResult(ExecutionStatus.FAILED.value)
 
 
 def source_changed_reason(ref: str, changes: list[dict[str, str]]) -> str:

@@ -132,6 +132,12 @@ class WriteAction(Action):
         amount = getattr(params, "amount", None)
         return amount if isinstance(amount, Money) else None
 
+    @property
+    def declares_source(self) -> bool:
+        """Whether this action binds its drafts to a source (it overrides ``source``): read
+        from the code, never from a draft row someone could have changed."""
+        return type(self).source is not WriteAction.source
+
     def source(self, ctx: ActionContext, params: Any, *, lock: bool = False) -> SourceState | None:
         """The record this change would change, as it stands now, or None (no source).
 

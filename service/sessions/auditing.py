@@ -139,7 +139,10 @@ def draft_timeline(session: Session, principal: Principal, draft_id: str) -> Tim
     for event in audit_repository.tool_calls_in_traces(
         session, tenant, traces, actor=agent, limit=MAX_TIMELINE
     ):
-        found.setdefault(event.seq, _line(event, "same trace"))
+        # A trace id is the caller's choice: the same agent acting for another end user
+        # under it is not this conversation (events before round 3 name no end user).
+        if event.data.get("on_behalf_of", draft.on_behalf_of) == draft.on_behalf_of:
+            found.setdefault(event.seq, _line(event, "same trace"))
     moments = [r.created_at for r in revisions] or [draft.created_at]
     nearby = audit_repository.tool_calls_between(
         session,

@@ -118,6 +118,12 @@ def inbox(
         statuses = [DraftStatus.PROPOSED, DraftStatus.APPROVED]
     else:
         statuses = HISTORY.get(status) or [DraftStatus(status.value)]
+    start = datetime.combine(since, time.min, tzinfo=UTC) if since is not None else None
+    among = (
+        approvals_repository.decided_by(session, principal.tenant, approver, limit=INBOX_LIMIT)
+        if approver
+        else None
+    )
     drafts: list[Draft] = []
     for wanted in statuses:
         drafts += drafts_repository.page(
@@ -128,15 +134,9 @@ def inbox(
             after=None,
             limit=INBOX_LIMIT,
             now=now,
+            since=start,
+            among=among,
         )
-    if since is not None:
-        start = datetime.combine(since, time.min, tzinfo=UTC)
-        drafts = [d for d in drafts if d.created_at >= start]
-    if approver:
-        signed = approvals_repository.decided_by(
-            session, principal.tenant, approver, [d.id for d in drafts]
-        )
-        drafts = [d for d in drafts if d.id in signed]
     standings = progress.of_drafts(session, progress.Rules.of(runtime), drafts)
     if principal.role is Role.APPROVER and status not in HISTORY:
         drafts = [d for d in drafts if _decidable(d, standings[d.id].bar(principal.subject))]

@@ -29,7 +29,7 @@ from service.api.console.deps import (
 )
 from service.api.console.guard import is_loopback_http
 from service.api.console.templating import build_templates
-from service.api.deps import RuntimeDep, TraceIdDep
+from service.api.deps import RuntimeDep, TraceIdDep, text_query
 from service.api.errors import STATUS_BY_CATEGORY, STATUS_BY_CODE, problem_response
 from service.db import session_scope
 from service.drafts.errors import draft_unavailable
@@ -256,13 +256,13 @@ def sign_out(
 
 
 Order = Annotated[str, Query(pattern="^(asc|desc)$")]
-ActionFilter = Annotated[str | None, Query(max_length=64)]
+ActionFilter = Annotated[str | None, text_query(64)]
 # A day, or empty (the form sends its empty date input along: no filter).
 SinceFilter = Annotated[
     str | None,
     Query(pattern=r"^(\d{4}-\d{2}-\d{2})?$", description="Created on or after (UTC day)."),
 ]
-ApproverFilter = Annotated[str | None, Query(max_length=128)]
+ApproverFilter = Annotated[str | None, text_query(128)]
 
 
 @dataclass(frozen=True)

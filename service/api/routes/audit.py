@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
-from service.api.deps import Auditor, ReadUnit, RuntimeDep, Unit
+from service.api.deps import Auditor, ReadUnit, RuntimeDep, Unit, text_query
 from service.api.errors import problems
 from service.audit import review, traces
 from service.audit.schemas import (
@@ -35,11 +35,11 @@ TimeQuery = Annotated[datetime | None, Query(description="RFC 3339 with a timezo
 class FilterQuery:
     """The filters shared by the events query and the export, as query parameters."""
 
-    type: Annotated[str | None, Query(max_length=64, description="e.g. tool.called")] = None
-    actor: Annotated[str | None, Query(max_length=200, description="e.g. agent:bot")] = None
-    draft_id: Annotated[str | None, Query(max_length=64)] = None
-    execution_id: Annotated[str | None, Query(max_length=64)] = None
-    trace_id: Annotated[str | None, Query(max_length=32)] = None
+    type: Annotated[str | None, text_query(64, description="e.g. tool.called")] = None
+    actor: Annotated[str | None, text_query(200, description="e.g. agent:bot")] = None
+    draft_id: Annotated[str | None, text_query(64)] = None
+    execution_id: Annotated[str | None, text_query(64)] = None
+    trace_id: Annotated[str | None, text_query(32)] = None
     since: TimeQuery = None
     until: TimeQuery = None
 

@@ -15,6 +15,7 @@ from service.api.deps import (
     RuntimeDep,
     TraceIdDep,
     Unit,
+    text_query,
 )
 from service.api.errors import problems
 from service.approvals import actions as approvals
@@ -50,7 +51,7 @@ def list_drafts(
     runtime: RuntimeDep,
     principal: Reviewer,
     status: DraftStatus | None = None,
-    action: Annotated[str | None, Query(max_length=64)] = None,
+    action: Annotated[str | None, text_query(64)] = None,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
 ) -> DraftPage:

@@ -144,3 +144,13 @@ def test_the_inbox_shows_history_filtered_by_status_date_and_approver(browser, r
     assert listed("status=rejected&approver=bob") == [rejected]
     assert listed("status=rejected&since=2999-01-01") == []
     assert listed("status=rejected&since=2000-01-01") == [rejected]
+
+
+@both_backends
+def test_a_control_character_in_a_filter_is_a_400_not_a_5xx(browser, demo):
+    auditor = {"Authorization": f"Bearer {demo['tokens']['auditor']}"}
+    for path in ("/v1/audit/events?actor=%00", "/v1/audit/events?type=a%0Ab"):
+        assert browser.get(path, headers=auditor).status_code == 400, path
+    signed_in(browser, demo["tokens"]["auditor"])
+    assert browser.get("/console/audit?actor=%00").status_code == 400
+    assert browser.get("/console/?status=decided&approver=%00").status_code == 400

@@ -20,6 +20,7 @@ from service.approvals.schemas import ApprovalRequest
 from service.db import session_scope
 from service.drafts import repository as drafts_repository
 from service.drafts import review
+from service.drafts.models import Draft
 from service.drafts.schemas import DraftDetail
 from service.errors import DomainError
 from service.executions import runner
@@ -246,3 +247,62 @@ def test_a_revision_proposed_again_after_the_order_moved_is_a_new_revision(runti
 def _address(session: Any) -> dict[str, Any]:
     order = session.exec(select(Order).where(col(Order.order_number) == ORDER)).one()
     return dict(order.shipping_address)
+
+
+def test_padding_an_order_with_small_drafts_cannot_hide_a_large_one_from_the_total(
+    runtime, demo, door
+):
+    for cents in range(1, 52):  # more than the card lists
+        propose_refund(door, cents)
+    first, second = propose_refund(door, 50_000), propose_refund(door, 40_000)
+
+    view = detail(runtime, demo, second)
+
+    assert view.source is not None
+    assert view.source.others_count == 52 > len(view.source.others)
+    assert first not in {other.draft_id for other in view.source.others}
+    assert view.source.warning is not None
+    assert "more than the 785.00 USD" in view.source.warning
+
+
+def test_a_retry_that_finds_the_order_moved_fails_closed_without_a_rebase(runtime, demo, door):
+    draft_id = propose_refund(door, 2_500)
+    approve_in_core(runtime, demo, draft_id)
+    execution_id = request_execution_in_core(runtime, demo, draft_id)[0].id
+    with session_scope(runtime.engine) as session:
+        # As if a first attempt failed after reaching the payment provider: queued again.
+        session.exec(update(Execution).where(col(Execution.id) == execution_id).values(attempts=1))
+        session.exec(
+            update(Order)
+            .where(col(Order.order_number) == ORDER)
+            .values(shipping_address={**_address(session), "city": "Elsewhere"})
+        )
+
+    assert runner.run_execution(runtime, execution_id) == runner.RunResult("failed")
+
+    failed = state(runtime, execution_id)[0]
+    assert failed.error is not None
+    assert failed.error["code"] == "SOURCE_CHANGED"
+    assert "not rebased" in failed.error["message"]
+    draft = draft_of(runtime, draft_id)
+    assert (draft.status.value, draft.revision) == ("failed", 1)
+    assert refunds_on(runtime, ORDER) == []
+
+
+def test_a_draft_whose_source_revision_was_cleared_is_refused_by_the_worker(runtime, demo, door):
+    draft_id = propose_refund(door, 2_500)
+    with session_scope(runtime.engine) as session:  # a database writer unbinds it
+        session.exec(
+            update(Draft)
+            .where(col(Draft.id) == draft_id)
+            .values(source_revision=None, source_ref=None, source=None)
+        )
+    approve_with_source(runtime, demo, draft_id, None)  # accepted: the row says no source
+
+    refused = execute(runtime, demo, draft_id)
+
+    assert refused.status.value == "failed"
+    assert refused.error is not None
+    assert refused.error["code"] == "APPROVALS_UNVERIFIED"
+    assert "names no source revision" in refused.error["message"]
+    assert refunds_on(runtime, ORDER) == []

@@ -165,8 +165,13 @@ async function refresh(draft) {
   if (!fresh) {
     return;
   }
-  if (fresh.revision !== draft.revision || fresh.source_revision !== draft.source_revision) {
-    window.location.reload();
+  const nowInconsistent = Boolean(next.getElementById("inconsistent"));
+  if (
+    fresh.revision !== draft.revision ||
+    fresh.source_revision !== draft.source_revision ||
+    nowInconsistent !== Boolean(element("inconsistent"))
+  ) {
+    window.location.reload(); // what is signed must be what is shown: show it anew
     return;
   }
   for (const region of document.querySelectorAll("[data-live]")) {
@@ -178,9 +183,10 @@ async function refresh(draft) {
   for (const id of BUTTONS) {
     const button = element(id);
     const now = next.getElementById(id);
-    if (button && now) {
-      button.hidden = now.hidden;
-      button.disabled = now.hidden || now.disabled;
+    if (button) {
+      // A button the server no longer renders is one this person may no longer use.
+      button.hidden = !now || now.hidden;
+      button.disabled = button.hidden || now.disabled;
     }
   }
   draft.status = fresh.status;
