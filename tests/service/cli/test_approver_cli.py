@@ -210,6 +210,22 @@ def test_drafts_show_prints_exact_params_and_digest(api, demo, door):
     assert parsed["statement_to_sign"]["draft_id"] == draft_id
 
 
+def test_drafts_show_prints_the_order_the_approval_binds_and_warns(api, demo, door):
+    first, second = refund(door, 50_000), refund(door, 40_000)  # 900.00 of 785.00 USD
+
+    result = run_cli("drafts", "show", second, api_url=api, token=as_(demo, "alice"))
+
+    assert result.exit_code == 0, result.stderr
+    revision = get_draft(api, as_(demo, "alice"), second)["source_revision"]
+    assert f"  source: order:ORD-1004 at revision {revision}\n" in result.stdout
+    assert "    Refundable now: 785.00 USD\n" in result.stdout
+    assert f"    also pending on it: {first} [proposed] 500.00 USD\n" in result.stdout
+    assert "    together: 900.00 USD; allowed now: 785.00 USD\n" in result.stdout
+    assert "  WARNING: Together with 1 other pending draft(s) this comes to 900.00 USD" in (
+        result.stdout
+    )
+
+
 def test_drafts_show_an_unknown_draft_fails(api, demo):
     result = run_cli("drafts", "show", "dft_" + "0" * 32, api_url=api, token=as_(demo, "alice"))
     assert result.exit_code == 1
