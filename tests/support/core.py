@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from harness.approvals import signed_decision
@@ -38,8 +39,11 @@ def decide_in_core(
     approver: str,
     decision: Decision = Decision.APPROVE,
     reason: str | None = None,
+    shown: Mapping[str, Any] | None = None,
 ) -> None:
-    """Sign ``decision`` on the draft's current revision as ``approver`` and submit it."""
+    """Sign ``decision`` on the draft's current revision as ``approver`` and submit it.
+    ``shown``: fields the approver was shown otherwise than stored (a stale or a missing
+    source revision, say)."""
     with session_scope(runtime.engine) as session:
         principal = tokens.authenticate(session, demo["tokens"][f"approver_{approver}"])
         draft = drafts_repository.get(session, "demo", draft_id)
@@ -53,6 +57,7 @@ def decide_in_core(
                 "contract_version": draft.contract_version,
                 "params_sha256": draft.params_sha256,
                 "source_revision": draft.source_revision,
+                **(shown or {}),
             },
             approver=approver,
             key_file=demo["approvers"][approver]["private_key_file"],

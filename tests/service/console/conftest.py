@@ -12,6 +12,8 @@ from anyio.from_thread import start_blocking_portal
 
 from mcp_adapter.tools import ToolDoor
 from service.api.app import create_app
+from service.db import session_scope
+from service.demo import seed_demo
 from tests.service.console.console import CONSOLE_ORIGIN
 from tests.support.api_client import _PortalTransport
 
@@ -37,3 +39,17 @@ def browser(app) -> Iterator[httpx.Client]:
 def door(runtime, demo) -> ToolDoor:
     """The demo agent (support-agent acting for cust-ada), calling tools as over MCP."""
     return ToolDoor(runtime, stdio_token=demo["tokens"]["agent"])
+
+
+@pytest.fixture
+def acme(runtime, demo, tmp_path) -> dict[str, Any]:
+    """A second tenant, seeded like the demo one; its manifest."""
+    with session_scope(runtime.engine) as session:
+        manifest: dict[str, Any] = seed_demo(
+            session,
+            tenant="acme",
+            state_dir=tmp_path / "acme",
+            api_url="http://api.invalid",
+            mcp_url="http://mcp.invalid/mcp",
+        )
+    return manifest

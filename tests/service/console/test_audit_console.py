@@ -10,7 +10,6 @@ from typing import Any
 from mcp_adapter.tools import ToolDoor
 from service.audit import checkpoints
 from service.db import session_scope
-from service.demo import seed_demo
 from service.sql import utcnow
 from service.tracing import new_trace_id
 from tests.service.console.console import page, same_origin, signed_in
@@ -92,16 +91,9 @@ def test_the_export_is_the_filtered_log_as_ndjson_and_is_audited(browser, runtim
     assert refused.status_code == 403
 
 
-def test_only_auditors_see_the_log_and_only_their_tenants(browser, runtime, demo, door, tmp_path):
+def test_only_auditors_see_the_log_and_only_their_tenants(browser, runtime, demo, door, acme):
     ours = propose(door, 2_500)
-    with session_scope(runtime.engine) as session:
-        other: dict[str, Any] = seed_demo(
-            session,
-            tenant="acme",
-            state_dir=tmp_path / "acme",
-            api_url="http://api.invalid",
-            mcp_url="http://mcp.invalid/mcp",
-        )
+    other = acme
     theirs = propose(ToolDoor(runtime, stdio_token=other["tokens"]["agent"]), 1_000)
 
     signed_in(browser, demo["tokens"]["approver_alice"])

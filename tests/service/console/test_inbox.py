@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from mcp_adapter.tools import ToolDoor
 from service.db import session_scope
-from service.demo import seed_demo
 from service.principal import Role
 from service.tokens import actions as tokens
 from service.tracing import new_trace_id
@@ -111,16 +108,9 @@ def test_already_signed_and_own_drafts_are_not_in_the_approvers_inbox(browser, r
 
 
 @both_backends
-def test_another_tenants_drafts_are_invisible(browser, runtime, demo, door, tmp_path):
+def test_another_tenants_drafts_are_invisible(browser, runtime, demo, door, acme):
     ours = refund(door, "ORD-1004", 1_000, "USD")
-    with session_scope(runtime.engine) as session:
-        other: dict[str, Any] = seed_demo(
-            session,
-            tenant="acme",
-            state_dir=tmp_path / "acme",
-            api_url="http://api.invalid",
-            mcp_url="http://mcp.invalid/mcp",
-        )
+    other = acme
     theirs = refund(
         ToolDoor(runtime, stdio_token=other["tokens"]["agent"]), "ORD-1004", 1_000, "USD"
     )

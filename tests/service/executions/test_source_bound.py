@@ -13,12 +13,8 @@ import pytest
 from sqlalchemy import update
 from sqlmodel import col, select
 
-from harness.approvals import signed_decision
 from mcp_adapter.tools import ToolDoor
-from service.approvals import actions as approvals
-from service.approvals.schemas import ApprovalRequest
 from service.db import session_scope
-from service.drafts import repository as drafts_repository
 from service.drafts import review
 from service.drafts.models import Draft
 from service.drafts.schemas import DraftDetail
@@ -30,7 +26,6 @@ from service.shop.models import Order, Refund
 from service.sql import utcnow
 from service.tokens import actions as tokens
 from service.tracing import new_trace_id
-from service.validation import parse
 from tests.service.executions.test_runner import (
     draft_of,
     event_types,
@@ -39,7 +34,7 @@ from tests.service.executions.test_runner import (
     state,
 )
 from tests.support.backends import both_backends
-from tests.support.core import approve_in_core, request_execution_in_core
+from tests.support.core import approve_in_core, decide_in_core, request_execution_in_core
 
 pytestmark = both_backends
 
@@ -194,30 +189,8 @@ def test_an_approval_must_bind_the_source_revision_the_approver_saw(runtime, dem
 def approve_with_source(
     runtime: Runtime, demo: dict[str, Any], draft_id: str, source_revision: str | None
 ) -> None:
-    with session_scope(runtime.engine) as session:
-        principal = tokens.authenticate(session, demo["tokens"]["approver_alice"])
-        draft = drafts_repository.get(session, "demo", draft_id)
-        assert draft is not None
-        shown = {
-            "tenant": draft.tenant,
-            "draft_id": draft.id,
-            "revision": draft.revision,
-            "action": draft.action,
-            "contract_version": draft.contract_version,
-            "params_sha256": draft.params_sha256,
-            "source_revision": source_revision,
-        }
-        body = signed_decision(
-            shown, approver="alice", key_file=demo["approvers"]["alice"]["private_key_file"]
-        )
-        approvals.submit(
-            session,
-            principal,
-            draft_id=draft_id,
-            request=parse(ApprovalRequest, body),
-            runtime=runtime,
-            now=utcnow(),
-        )
+    """Alice's approval, signed over ``source_revision`` (None: the member left out)."""
+    decide_in_core(runtime, demo, draft_id, "alice", shown={"source_revision": source_revision})
 
 
 def test_a_revision_proposed_again_after_the_order_moved_is_a_new_revision(runtime, demo, door):
