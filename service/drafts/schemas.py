@@ -103,6 +103,12 @@ class AgentDraftView(BaseModel):
     summary: str
     params: dict[str, Any] = Field(description="The proposed arguments, PII masked.")
     params_sha256: str
+    source_revision: str | None = Field(
+        default=None,
+        description="The version of the record it changes (e.g. the order) this revision was "
+        "proposed against: approvals are for that state. If it changes before execution, "
+        "nothing is executed and the draft comes back as a new revision to approve.",
+    )
     amount: AmountView | None = None
     risk: str
     approvals: ApprovalProgress
@@ -152,6 +158,7 @@ def agent_view(
         summary=draft.summary,
         params=masked_params,
         params_sha256=draft.params_sha256,
+        source_revision=draft.source_revision,
         amount=amount_of(draft),
         risk=draft.risk,
         approvals=ApprovalProgress.of(standing),
@@ -180,10 +187,16 @@ def _advice(
     )
     match status:
         case DraftStatus.PROPOSED:
+            # A reason on a proposed draft is why it is waiting again (its source moved).
+            again = (
+                f"{draft.status_reason[:1].upper()}{draft.status_reason[1:]}. "
+                if (draft.status_reason)
+                else ""
+            )
             return (
-                f"The request is recorded as draft {draft.id} and waits for human approval "
-                f"({standing.received} of {standing.required} approvals). Nothing has been "
-                "executed yet.",
+                f"{again}The request is recorded as draft {draft.id} and waits for human "
+                f"approval ({standing.received} of {standing.required} approvals). Nothing has "
+                "been executed yet.",
                 "Tell the user the request is waiting for human review. " + check_later,
             )
         case DraftStatus.APPROVED if not standing.met:

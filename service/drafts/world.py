@@ -112,9 +112,14 @@ def _warning(
     total: AmountView | None,
     limit: AmountView | None,
 ) -> str | None:
+    if draft.status not in OPEN_STATUSES:
+        return None  # decided: its own execution, if any, moved the source; nothing to warn of
     name = (draft.source_ref or "").split(":", 1)[-1]
     if current is None:
-        return f"{name} can no longer be read: executing this draft will fail."
+        return (
+            f"{name} cannot be read now: its state is not known, and an execution that "
+            "cannot read it fails."
+        )
     if current.revision != draft.source_revision:
         return (
             f"{name} changed since this draft was proposed: an approval now would be for a "

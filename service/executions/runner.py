@@ -266,7 +266,12 @@ def _apply(runtime: Runtime, claim: Claim) -> Outcome:
             return done
         if claim.recovery_only:
             raise errors.attempts_exhausted(claim.attempt - 1)
-        if source is not None and source.revision != claim.source_revision:
+        # On a retry of a call whose effect only the upstream knows (knows_applied False),
+        # the move may be this very change, made by an attempt that died before recording
+        # it: the call is repeated with the same key, which the upstream dedupes.
+        moved = source is not None and source.revision != claim.source_revision
+        if moved and (claim.attempt == 1 or action.knows_applied):
+            assert source is not None
             raise SourceMoved(source)
         action.validate(ctx, params)
         outcome = action.execute(ctx, params, claim.idempotency_key)

@@ -14,12 +14,24 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from service.gateway.declarations import ToolDeclaration, WriteContract
+from service.canonical import canonical_json, sha256_hex
+from service.gateway import naming
+from service.gateway.declarations import SourceDeclaration, ToolDeclaration, WriteContract
 from service.gateway.kinds import Build, DeclaredTool
+from service.gateway.paths import lookup, parse_path
 from service.gateway.where import Where
-from service.registry.base import Action, ActionContext, Outcome, Preview, ReadAction, WriteAction
+from service.registry.base import (
+    Action,
+    ActionContext,
+    Outcome,
+    Preview,
+    ReadAction,
+    SourceFact,
+    SourceState,
+    WriteAction,
+)
 from service.text import inert
-from service.validation import StrictInput
+from service.validation import StrictInput, parse
 
 MAX_TITLE = 200
 MAX_DESCRIPTION = 4000
@@ -53,6 +65,34 @@ class GatewayWrite(WriteAction):
     contract: ClassVar[WriteContract]
     # What an approval means beyond the input schema (a changed one is a new contract).
     declaration_fingerprint: ClassVar[dict[str, Any]]
+    # Its declared source, the name of the read that answers it, and that read (linked once
+    # every action of the file is built: service.gateway.build).
+    source_declaration: ClassVar[SourceDeclaration | None] = None
+    source_read_name: ClassVar[str | None] = None
+    source_read: ClassVar[GatewayRead | None] = None
+    knows_applied = False  # see applied()
+
+    @property
+    def declares_source(self) -> bool:
+        return self.source_declaration is not None
+
+    def source(self, ctx: ActionContext, params: Any, *, lock: bool = False) -> SourceState | None:
+        """The record as the declared read answers it now. ``lock`` cannot hold an
+        upstream's record: the comparison is made right before the call, and what happens
+        upstream between the two is the upstream's (docs/gateway.md, "Sources")."""
+        declared, read = self.source_declaration, self.source_read
+        if declared is None:
+            return None
+        assert read is not None, "linked when the gateway was built"
+        sent = arguments(params)
+        asked = {
+            name: lookup(sent, parse_path(path, wildcards=False))
+            for name, path in declared.arguments.items()
+        }
+        answer = read.handle(
+            ctx, parse(read.Input, {k: v for k, v in asked.items() if v is not None})
+        )
+        return source_state(read.name, asked, answer.model_dump(mode="json"), declared.select)
 
     def masked(self, params: BaseModel) -> dict[str, Any]:
         return arguments(params)
@@ -67,6 +107,33 @@ class GatewayWrite(WriteAction):
         # An upstream cannot be asked in general whether a change was made: the repeated
         # call with the same idempotency key is how it is asked, and it dedupes (execute).
         return None
+
+
+MAX_FACT = 200
+MAX_REF = 200
+
+
+def source_state(
+    read: str, asked: dict[str, Any], answer: dict[str, Any], select: list[str]
+) -> SourceState:
+    """The record's state from a read's answer: the selected parts (or all of it) digested
+    into the revision, each selected part a fact (bounded, inert)."""
+    chosen: Any = (
+        {path: lookup(answer, parse_path(path, wildcards=False)) for path in select}
+        if select
+        else answer
+    )
+    revision = sha256_hex(canonical_json(chosen))[:32]
+    facts = [SourceFact(label=path, value=_fact(chosen[path])) for path in select] or [
+        SourceFact(label="state", value=f"digest {revision} of the whole answer of {read}")
+    ]
+    what = ", ".join(f"{name}={_fact(value)}" for name, value in sorted(asked.items()))
+    return SourceState(ref=f"{read}:{what}"[:MAX_REF], revision=revision, facts=tuple(facts))
+
+
+def _fact(value: Any) -> str:
+    text = value if isinstance(value, str) else canonical_json(value).decode()
+    return inert(text)[:MAX_FACT]
 
 
 def declared_action(
@@ -107,6 +174,12 @@ def declared_action(
         "description": (PROPOSE_NOTE + text)[:MAX_DESCRIPTION],
         "contract": WriteContract(tool, model, where=where),
         "declaration_fingerprint": {**reached, **tool.terms()},
+        "source_declaration": tool.source,
+        "source_read_name": (
+            None
+            if tool.source is None
+            else naming.action_name(declared.namespace, tool.source.read)
+        ),
     }
     return type(f"{write.__name__}_{name}", (write,), common)()  # type: ignore[no-any-return]
 

@@ -14,15 +14,18 @@ import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from pydantic import BaseModel
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from service.canonical import canonical_json, sha256_hex
 from service.config import Settings
 from service.gateway import contracts
+from service.gateway.actions import GatewayRead, GatewayWrite
 from service.gateway.config import UPSTREAM_SHARE_OF_TASK_LIMIT, GatewayFile, load_gateway_file
 from service.gateway.errors import GatewayError
 from service.gateway.kinds import Build, GatewayReport, build_entry
+from service.gateway.paths import parse_path
 from service.policies.schemas import PolicyConfig
 from service.registry.base import WriteAction
 from service.registry.loader import ActionRegistry, build_registry
@@ -72,7 +75,44 @@ def build_declared(
     report = GatewayReport()
     for entry, where in declared.entries:
         build_entry(entry, Build(where, report, policies or {}, refresh))
+    _link_sources(report)
     return report
+
+
+def _link_sources(report: GatewayReport) -> None:
+    """Give each write that declares a source the read answering it: a read declared on the
+    same upstream, taking the arguments named, from arguments the write has."""
+    actions = {action.name: action for action in report.actions}
+    for write in report.actions:
+        if not isinstance(write, GatewayWrite) or write.source_declaration is None:
+            continue
+        declared, where = write.source_declaration, f"{write.declared_at} / source"
+        read = actions.get(write.source_read_name or "")
+        if not isinstance(read, GatewayRead):
+            report.problems.append(
+                f"{where}: {declared.read!r} is not a read declared on the same upstream"
+            )
+            continue
+        unknown = sorted(set(declared.arguments) - _names(read.Input))
+        missing = sorted(
+            path
+            for path in declared.arguments.values()
+            if str(parse_path(path, wildcards=False)[0]) not in _names(write.Input)
+        )
+        if unknown or missing:
+            report.problems.append(
+                f"{where}: the read takes no argument {', '.join(map(repr, unknown))}"
+                if unknown
+                else f"{where}: the write has no argument {', '.join(map(repr, missing))}"
+            )
+            continue
+        type(write).source_read = read
+
+
+def _names(model: type[BaseModel]) -> set[str]:
+    """A model's field names and their aliases (a gateway model keeps the upstream's)."""
+    fields = model.model_fields
+    return set(fields) | {field.alias for field in fields.values() if field.alias}
 
 
 def _fingerprint(action: WriteAction) -> str:

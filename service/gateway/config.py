@@ -162,8 +162,8 @@ def _timeout_problems(declared: GatewayFile, wait_budget: float | None) -> Itera
         formula = "timeout" + (
             f" + {entry.call_overhead_seconds:g} s" if entry.call_overhead_seconds else ""
         )
-        if entry.calls_per_execution > 1:
-            formula = f"{entry.calls_per_execution} x ({formula})"
+        if entry.calls() > 1:
+            formula = f"{entry.calls()} x ({formula})"
         yield (
             f"{where / 'timeout_seconds'}: {entry.timeout_seconds:g} s{written} does not fit "
             f"an execution: a write waits on this upstream up to {entry.wait_seconds():g} s "

@@ -188,6 +188,37 @@ def _loopback(host: str) -> bool:
         return False
 
 
+class SourceDeclaration(Declared):
+    """A write's source (docs/approvals.md, "Source-bound approvals"): the declared read of
+    the same upstream that answers the record the write changes, the write's arguments it
+    is called with, and the parts of its answer that are the record's state."""
+
+    read: str = Field(min_length=1, max_length=128, description="The upstream's read tool.")
+    arguments: dict[str, str] = Field(
+        min_length=1, max_length=20, description="read argument: path in the write's arguments"
+    )
+    select: list[str] = Field(
+        default_factory=list,
+        max_length=20,
+        description="Paths in the read's answer (as the agent sees it): the facts shown and "
+        "digested. None: the whole answer is digested, and shown as its digest.",
+    )
+
+    @field_validator("arguments")
+    @classmethod
+    def _argument_paths(cls, arguments: dict[str, str]) -> dict[str, str]:
+        for path in arguments.values():
+            parse_path(path, wildcards=False)
+        return arguments
+
+    @field_validator("select")
+    @classmethod
+    def _select_paths(cls, paths: list[str]) -> list[str]:
+        for path in paths:
+            parse_path(path, wildcards=False)
+        return paths
+
+
 class ToolDeclaration(Declared):
     """One declared tool of an upstream, whatever the kind: what is shared by all of them.
 
@@ -195,7 +226,7 @@ class ToolDeclaration(Declared):
     HTTP action's request); ``write_only`` names the keys a read may not have.
     """
 
-    write_only: ClassVar[tuple[str, ...]] = ("summary", "money")
+    write_only: ClassVar[tuple[str, ...]] = ("summary", "money", "source")
 
     kind: Literal["read", "write"]
     title: str | None = Field(default=None, min_length=1, max_length=200)
@@ -205,6 +236,8 @@ class ToolDeclaration(Declared):
     summary: str | None = Field(default=None, min_length=1, max_length=500)
     risk: Risk = Risk.MEDIUM
     money: MoneyPath | None = None
+    # write only: the record it changes, read and bound into approvals
+    source: SourceDeclaration | None = None
     contract_version: int = Field(default=1, ge=1, le=1_000_000)
 
     @field_validator("risk", mode="before")
@@ -240,6 +273,8 @@ class ToolDeclaration(Declared):
             "money": None if self.money is None else self.money.model_dump(mode="json"),
             "idempotency_argument": self.idempotency_target(),
             "contract_version": self.contract_version,
+            # Added with sources: a write without one keeps the contract digest it had.
+            **({} if self.source is None else {"source": self.source.model_dump(mode="json")}),
         }
 
 
@@ -274,14 +309,20 @@ class UpstreamDeclaration(Declared):
         tools: Mapping[str, ToolDeclaration] = getattr(self, self.tools_key)
         return tools
 
+    def calls(self) -> int:
+        """The upstream calls of one execution attempt: a write with a source reads it
+        first (service.gateway.actions.GatewayWrite.source)."""
+        sourced = any(tool.source is not None for tool in self.declared().values())
+        return self.calls_per_execution + (1 if sourced else 0)
+
     def wait_seconds(self, timeout_seconds: float | None = None) -> float:
         """The longest one execution attempt waits on this upstream (with this timeout)."""
         timeout = self.timeout_seconds if timeout_seconds is None else timeout_seconds
-        return self.calls_per_execution * (timeout + self.call_overhead_seconds)
+        return self.calls() * (timeout + self.call_overhead_seconds)
 
     def longest_timeout(self, wait_budget: float) -> float:
         """The largest timeout_seconds whose wait fits ``wait_budget``."""
-        return wait_budget / self.calls_per_execution - self.call_overhead_seconds
+        return wait_budget / self.calls() - self.call_overhead_seconds
 
 
 class WriteContract:

@@ -53,6 +53,7 @@ class DeclaredTool:
     declaration: ToolDeclaration
     name: str
     where: Where
+    namespace: str
 
 
 @dataclass
@@ -70,7 +71,8 @@ class Build:
         check refused every name the rule cannot give)."""
         for key, declaration in entry.declared().items():
             name = naming.action_name(entry.namespace, key)
-            yield DeclaredTool(key, declaration, name, self.where / entry.tools_key / key)
+            where = self.where / entry.tools_key / key
+            yield DeclaredTool(key, declaration, name, where, entry.namespace)
 
     def add(self, action: Action) -> None:
         self.report.actions.append(action)

@@ -124,6 +124,10 @@ class ReadAction(Action):
 
 
 class WriteAction(Action):
+    # Whether ``applied`` knows for sure if a change was made (the shop: its own rows). An
+    # upstream behind the gateway cannot be asked: only a repeat with the same key tells.
+    knows_applied: ClassVar[bool] = True
+
     def amount_of(self, params: Any) -> Money | None:
         """The money a change moves, read from the params approvers sign (for policies).
 

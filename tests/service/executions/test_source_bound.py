@@ -114,6 +114,9 @@ def test_the_second_of_two_approved_refunds_is_refused_then_re_approved_and_exec
     assert view.source_revision == view.source.current_revision != proposed.source_revision
     assert facts(view)["Refunded so far"] == ("200.00 USD", None)
     assert len(refunds_on(runtime, ORDER)) == 1
+    told = door.call("get_draft", {"draft_id": second}, new_trace_id(), None)
+    assert told["message"].startswith("ORD-1004 changed after the approval")
+    assert told["source_revision"] == view.source_revision
 
     approve_in_core(runtime, demo, second)  # one action: approve the new revision
     again = execute(runtime, demo, second)
