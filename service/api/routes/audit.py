@@ -45,8 +45,10 @@ class FilterQuery:
 
     def build(self) -> EventFilter:
         """The filter, or INVALID_ARGUMENT (raised inside the unit, so it is audited)."""
+        # An empty value filters nothing (a form sends its empty fields along).
+        given = {name: value for name, value in asdict(self).items() if value != ""}
         try:
-            return EventFilter(**asdict(self))
+            return EventFilter(**given)
         except ValidationError as exc:
             problems = [
                 f"{'.'.join(map(str, e['loc']))[:MAX_LOCATION]}: {e['msg']}" for e in exc.errors()

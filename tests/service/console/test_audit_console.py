@@ -54,7 +54,9 @@ def test_an_auditor_finds_a_drafts_whole_conversation_and_the_chains_state(
     }
     assert page(browser, "/console/").by_id("nav-audit").attrs["href"] == "/console/audit"
 
-    filtered = rows(page(browser, f"/console/audit?draft_id={draft_id}"), "events")
+    # As the form sends it: its empty fields too.
+    query = f"type=&actor=&draft_id={draft_id}&trace_id="
+    filtered = rows(page(browser, f"/console/audit?{query}"), "events")
     assert {"draft.proposed", "approval.approved"} <= {r["data-type"] for r in filtered}
     assert "tool.called" in {r["data-type"] for r in filtered}  # the propose call names it
 
