@@ -55,6 +55,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "service.cli.webhooks:app",
         "Add, list, remove and test outgoing webhooks (admins, through the API).",
     ),
+    "policies": (
+        "service.cli.policies:app",
+        "Try approval policies before switching them on.",
+    ),
     "gateway": (
         "service.cli.gateway:app",
         "Check the gateway file against its upstreams, and re-read their catalogues.",

@@ -331,3 +331,14 @@ def pending_totals(
     statement = sa_select(func.count(), amount).where(*_pending_on(tenant, source_ref, now))
     count, total = session.execute(statement).one()
     return int(count), int(total)
+
+
+def created_since(
+    session: Session, since: datetime, *, tenant: str | None, limit: int
+) -> list[Draft]:
+    """The drafts created at ``since`` or later (of one tenant, or all), oldest first."""
+    statement = select(Draft).where(col(Draft.created_at) >= since)
+    if tenant is not None:
+        statement = statement.where(col(Draft.tenant) == tenant)
+    statement = statement.order_by(col(Draft.created_at), col(Draft.id)).limit(limit)
+    return list(session.exec(statement).all())

@@ -1,0 +1,112 @@
+"""Shadow mode for policies (issue 21.5): the drafts of the last days, judged again under a
+proposed policy file, before it is switched on. Nothing is written.
+
+Each draft is judged as the execute gate would have judged it at its creation: its amount,
+added to its peers' created before it within the window (service.drafts.policy), under the
+proposed policies and under the ones configured now. The peers are the drafts that share
+the stored peer key, which the configured policy's ``cumulative.by`` made: a proposed policy
+that adds amounts up by another parameter is simulated without peers, and says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlmodel import Session
+
+from service.drafts import repository
+from service.drafts.models import Draft
+from service.drafts.policy import PolicyQuestion, applied_policies
+from service.drafts.schemas import amount_of
+from service.money import AmountView, Money
+from service.policies.schemas import PolicyConfig
+
+MAX_DRAFTS = 10_000
+
+
+@dataclass(frozen=True)
+class Judged:
+    draft_id: str
+    tenant: str
+    action: str
+    status: str
+    created_at: datetime
+    amount: AmountView | None
+    recorded: int  # approvals required as recorded at proposal
+    now: int  # under the policies configured now
+    proposed: int  # under the proposed policies
+    rule: str  # the proposed policy's rule, in words
+
+
+@dataclass(frozen=True)
+class Simulation:
+    drafts: list[Judged]
+    truncated: bool
+    notes: list[str]
+
+    def count(self, compare: str) -> int:
+        """How many drafts the proposed policies ask ``more``, ``fewer`` or the ``same``
+        approvals of than the configured ones."""
+        sign = {"more": 1, "fewer": -1, "same": 0}[compare]
+        return sum(1 for d in self.drafts if (d.proposed > d.now) - (d.proposed < d.now) == sign)
+
+
+def simulate(
+    session: Session,
+    configured: dict[str, PolicyConfig],
+    proposed: dict[str, PolicyConfig],
+    *,
+    since: datetime,
+    tenant: str | None,
+    default_ttl_seconds: int,
+) -> Simulation:
+    drafts = repository.created_since(session, since, tenant=tenant, limit=MAX_DRAFTS + 1)
+    truncated, drafts = len(drafts) > MAX_DRAFTS, drafts[:MAX_DRAFTS]
+    questions = [_question(draft) for draft in drafts]
+    now = applied_policies(session, configured, questions, default_ttl_seconds=default_ttl_seconds)
+    then = applied_policies(session, proposed, questions, default_ttl_seconds=default_ttl_seconds)
+    judged = [
+        Judged(
+            draft_id=draft.id,
+            tenant=draft.tenant,
+            action=draft.action,
+            status=draft.status.value,
+            created_at=draft.created_at,
+            amount=amount_of(draft),
+            recorded=draft.approvals_required,
+            now=now[draft.id][0].approvals_required,
+            proposed=then[draft.id][0].approvals_required,
+            rule=then[draft.id][0].rule,
+        )
+        for draft in drafts
+    ]
+    return Simulation(judged, truncated, _notes(configured, proposed))
+
+
+def _question(draft: Draft) -> PolicyQuestion:
+    amount = None
+    if draft.amount_minor is not None and draft.amount_minor > 0 and draft.currency:
+        amount = Money(amount_minor=draft.amount_minor, currency=draft.currency)
+    return PolicyQuestion(
+        draft_id=draft.id,
+        tenant=draft.tenant,
+        action=draft.action,
+        params=draft.params,
+        amount=amount,
+        as_of=draft.created_at,
+        created_before=draft.created_at,
+    )
+
+
+def _notes(configured: dict[str, PolicyConfig], proposed: dict[str, PolicyConfig]) -> list[str]:
+    notes = []
+    for action, policy in sorted(proposed.items()):
+        now = configured.get(action)
+        by = policy.cumulative.by if policy.cumulative else None
+        if by is not None and (now is None or now.cumulative is None or now.cumulative.by != by):
+            notes.append(
+                f"{action}: the proposed policy adds amounts up by {by!r}, the configured one "
+                "does not: its drafts are simulated without peers"
+            )
+    return notes
