@@ -34,7 +34,7 @@ from service.approvals.schemas import STATEMENT_TYPE, Decision
 from service.canonical import canonical_json, params_sha256
 from service.config import Settings
 from service.drafts.models import Draft
-from service.drafts.policy import PolicyQuestion, applied_policies
+from service.drafts.policy import PolicyQuestion, applied_policies, as_proposed
 from service.errors import DomainError
 from service.executions import errors as execution_errors
 from service.keys import repository as keys_repository
@@ -343,18 +343,7 @@ def _required(session: Session, rules: Rules, drafts: Sequence[Draft]) -> dict[s
         if isinstance(amount, str):
             unknown[draft.id] = amount
             continue
-        # The peers that were there when it was proposed (never later ones).
-        questions.append(
-            PolicyQuestion(
-                draft_id=draft.id,
-                tenant=draft.tenant,
-                action=draft.action,
-                params=draft.params,
-                amount=amount,
-                as_of=draft.created_at,
-                created_before=draft.created_at,
-            )
-        )
+        questions.append(as_proposed(draft, amount))
     applied = applied_policies(
         session,
         rules.policies,

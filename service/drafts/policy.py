@@ -11,6 +11,7 @@ from typing import Any
 from sqlmodel import Session
 
 from service.drafts import repository
+from service.drafts.models import Draft
 from service.money import Money
 from service.policies.actions import peer_key, resolve
 from service.policies.schemas import AppliedPolicy, PolicyConfig
@@ -29,6 +30,20 @@ class PolicyQuestion:
     amount: Money | None
     as_of: datetime
     created_before: datetime | None = None
+
+
+def as_proposed(draft: Draft, amount: Money | None) -> PolicyQuestion:
+    """A draft's policy question as of its creation: the peers that were there when it was
+    proposed, never later ones."""
+    return PolicyQuestion(
+        draft_id=draft.id,
+        tenant=draft.tenant,
+        action=draft.action,
+        params=draft.params,
+        amount=amount,
+        as_of=draft.created_at,
+        created_before=draft.created_at,
+    )
 
 
 def applied_policy(

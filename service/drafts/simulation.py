@@ -17,7 +17,7 @@ from sqlmodel import Session
 
 from service.drafts import repository
 from service.drafts.models import Draft
-from service.drafts.policy import PolicyQuestion, applied_policies
+from service.drafts.policy import PolicyQuestion, applied_policies, as_proposed
 from service.drafts.schemas import amount_of
 from service.money import AmountView, Money
 from service.policies.schemas import PolicyConfig
@@ -85,18 +85,12 @@ def simulate(
 
 
 def _question(draft: Draft) -> PolicyQuestion:
+    """As the gate asks it, from the amount recorded at proposal (which the gate recomputes
+    from the signed params; a draft whose columns were changed shows on its card)."""
     amount = None
     if draft.amount_minor is not None and draft.amount_minor > 0 and draft.currency:
         amount = Money(amount_minor=draft.amount_minor, currency=draft.currency)
-    return PolicyQuestion(
-        draft_id=draft.id,
-        tenant=draft.tenant,
-        action=draft.action,
-        params=draft.params,
-        amount=amount,
-        as_of=draft.created_at,
-        created_before=draft.created_at,
-    )
+    return as_proposed(draft, amount)
 
 
 def _notes(configured: dict[str, PolicyConfig], proposed: dict[str, PolicyConfig]) -> list[str]:

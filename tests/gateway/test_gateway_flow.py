@@ -14,17 +14,17 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
-from harness.approvals import approve, bearer
+from harness.approvals import approve
 from service.api.publisher import celery_publisher
 from service.audit import repository as audit_repository
 from service.db import session_scope
 from service.executions.sweeper import sweep
 from service.gateway.mcp_client import pool
 from service.sql import utcnow
+from tests.gateway.helpers import draft_of, execute
 from tests.gateway.upstreams.processes import (
     NodeCommand,
     UpstreamProcess,
@@ -155,28 +155,6 @@ async def propose(stack: Any, tool: str, arguments: dict[str, Any]) -> dict[str,
     assert not result.is_error, result.content
     proposed: dict[str, Any] = result.structured_content
     return proposed
-
-
-def execute(stack: Any, draft_id: str) -> str:
-    response = httpx.post(
-        f"{stack.api_url}/v1/drafts/{draft_id}/execute",
-        headers=bearer(stack.demo["tokens"]["approver_alice"]),
-        timeout=60,
-    )
-    assert response.status_code == 202, response.text
-    execution_id: str = response.json()["execution_id"]
-    return execution_id
-
-
-def draft_of(stack: Any, draft_id: str) -> dict[str, Any]:
-    response = httpx.get(
-        f"{stack.api_url}/v1/drafts/{draft_id}",
-        headers=bearer(stack.demo["tokens"]["approver_alice"]),
-        timeout=30,
-    )
-    response.raise_for_status()
-    body: dict[str, Any] = response.json()
-    return body
 
 
 # --- what the agent sees -------------------------------------------------------------------

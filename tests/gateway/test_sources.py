@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import pytest
 import yaml
 
-from harness.approvals import approve, bearer
+from harness.approvals import approve
 from service.gateway.build import build_gateway
 from service.gateway.mcp_client import pool
+from tests.gateway.helpers import draft_of, execute
 from tests.gateway.upstreams.processes import UpstreamProcess, start_mcp_http
 from tests.support.mcp_client import connect
 from tests.workers.helpers import wait_for_execution
@@ -74,25 +74,8 @@ def settings_overrides(gateway_file: Path) -> dict[str, Any]:
     return {"gateway_file": gateway_file, "execution_lease_seconds": 20}
 
 
-def detail(stack: Any, draft_id: str) -> dict[str, Any]:
-    response = httpx.get(
-        f"{stack.api_url}/v1/drafts/{draft_id}",
-        headers=bearer(stack.demo["tokens"]["approver_alice"]),
-        timeout=30,
-    )
-    response.raise_for_status()
-    body: dict[str, Any] = response.json()
-    return body
-
-
-def execute(stack: Any, draft_id: str) -> dict[str, Any]:
-    response = httpx.post(
-        f"{stack.api_url}/v1/drafts/{draft_id}/execute",
-        headers=bearer(stack.demo["tokens"]["approver_alice"]),
-        timeout=60,
-    )
-    assert response.status_code == 202, response.text
-    return wait_for_execution(stack, response.json()["execution_id"])
+def run_execution(stack: Any, draft_id: str) -> dict[str, Any]:
+    return wait_for_execution(stack, execute(stack, draft_id))
 
 
 async def call(url: str, tool: str, arguments: dict[str, Any], token: str | None = None) -> Any:
@@ -108,7 +91,7 @@ def test_a_ticket_changed_upstream_refuses_the_approved_archive_until_approved_a
         call, stack.mcp_url, "propose_desk_archive_ticket", {"ticket_id": TICKET}, agent
     )
     draft_id = proposed["draft_id"]
-    shown = detail(stack, draft_id)
+    shown = draft_of(stack, draft_id)
     source = shown["source"]
     assert source["ref"] == f"desk_get_ticket:ticket_id={TICKET}"
     facts = {fact["label"]: fact["value"] for fact in source["facts"]}
@@ -118,21 +101,21 @@ def test_a_ticket_changed_upstream_refuses_the_approved_archive_until_approved_a
 
     # Someone archives the ticket at the desk itself, behind draftgate's back.
     anyio.run(call, desk.mcp_url, "archive_ticket", {"ticket_id": TICKET})
-    assert detail(stack, draft_id)["source"]["moved"] is True
+    assert draft_of(stack, draft_id)["source"]["moved"] is True
 
-    refused = execute(stack, draft_id)
+    refused = run_execution(stack, draft_id)
 
     assert refused["status"] == "failed", refused
     assert refused["error"]["code"] == "SOURCE_CHANGED"
     assert {"label": "data.status", "then": "closed", "now": "archived"} in refused["error"][
         "source_changed"
     ]["changes"]
-    rebased = detail(stack, draft_id)
+    rebased = draft_of(stack, draft_id)
     assert (rebased["status"], rebased["revision"]) == ("proposed", 2)
     assert desk.ledger.calls("archive_ticket")[-1]["key"] is None  # only the desk's own call
 
     assert approve(stack.api_url, stack.demo, draft_id, "alice").status_code == 201
-    done = execute(stack, draft_id)
+    done = run_execution(stack, draft_id)
 
     assert done["status"] == "succeeded", done
     made = [c for c in desk.ledger.calls("archive_ticket") if c["key"] is not None]
