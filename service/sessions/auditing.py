@@ -22,6 +22,7 @@ from service.config import Settings
 from service.cursors import CursorCodec
 from service.drafts import repository as drafts_repository
 from service.drafts.errors import draft_unavailable
+from service.drafts.models import Draft, DraftRevision
 from service.principal import Principal, Role
 from service.sql import rfc3339
 
@@ -115,13 +116,14 @@ class Timeline:
     proposed_by: str
     lines: list[Line]
     window_minutes: int
+    truncated: bool = False  # more lines belong here than are shown
 
 
 def draft_timeline(session: Session, principal: Principal, draft_id: str) -> Timeline:
     """Everything the log holds about one draft, in chain order: its own events (proposal,
     revisions, decisions, executions), the agent's tool calls under the traces that proposed
-    it, and the agent's calls for the same end user within ``CONVERSATION_WINDOW`` of its
-    revisions under other trace ids (a read before the proposal often has its own). Each
+    it, and the agent's calls for the same end user within ``CONVERSATION_WINDOW`` of one of
+    its revisions under other trace ids (a read before the proposal often has its own). Each
     line says which of the three it is."""
     principal.require(Role.AUDITOR)
     tenant = principal.tenant
@@ -129,39 +131,54 @@ def draft_timeline(session: Session, principal: Principal, draft_id: str) -> Tim
     if draft is None:
         raise draft_unavailable()
     revisions = drafts_repository.revisions(session, draft.id)
-    traces = {r.trace_id for r in revisions if r.trace_id} | (
-        {draft.trace_id} if draft.trace_id else set()
-    )
-    agent = f"{Role.AGENT.value}:{draft.proposed_by}"
     found: dict[int, Line] = {}
     for event in audit_repository.events_for(session, tenant, draft_id=draft.id):
         found[event.seq] = _line(event, "this draft")
-    for event in audit_repository.tool_calls_in_traces(
-        session, tenant, traces, actor=agent, limit=MAX_TIMELINE
-    ):
-        # A trace id is the caller's choice: the same agent acting for another end user
-        # under it is not this conversation (events before round 3 name no end user).
-        if event.data.get("on_behalf_of", draft.on_behalf_of) == draft.on_behalf_of:
-            found.setdefault(event.seq, _line(event, "same trace"))
-    moments = [r.created_at for r in revisions] or [draft.created_at]
-    nearby = audit_repository.tool_calls_between(
-        session,
-        tenant,
-        agent,
-        since=min(moments) - CONVERSATION_WINDOW,
-        until=max(moments) + CONVERSATION_WINDOW,
-        limit=MAX_TIMELINE,
-    )
-    for event in nearby:
-        if event.data.get("on_behalf_of") == draft.on_behalf_of and draft.on_behalf_of:
-            found.setdefault(event.seq, _line(event, "same agent and end user, nearby"))
-    lines = [found[seq] for seq in sorted(found)][:MAX_TIMELINE]
+    full = _conversation(session, draft, revisions, found)
+    lines = [found[seq] for seq in sorted(found)]
     return Timeline(
         draft_id=draft.id,
         action=draft.action,
         status=draft.status.value,
         on_behalf_of=draft.on_behalf_of,
         proposed_by=draft.proposed_by,
-        lines=lines,
+        lines=lines[:MAX_TIMELINE],
         window_minutes=int(CONVERSATION_WINDOW.total_seconds() // 60),
+        truncated=full or len(lines) > MAX_TIMELINE,
     )
+
+
+def _conversation(
+    session: Session, draft: Draft, revisions: list[DraftRevision], found: dict[int, Line]
+) -> bool:
+    """Add the proposing agent's calls of the draft's conversation to ``found``; True if a
+    query came back full (the timeline may then miss some: the log's filters find them)."""
+    tenant, agent = draft.tenant, f"{Role.AGENT.value}:{draft.proposed_by}"
+    traces = {r.trace_id for r in revisions if r.trace_id} | (
+        {draft.trace_id} if draft.trace_id else set()
+    )
+    in_traces = audit_repository.tool_calls_in_traces(
+        session, tenant, traces, actor=agent, limit=MAX_TIMELINE
+    )
+    full = len(in_traces) >= MAX_TIMELINE
+    for event in in_traces:
+        # A trace id is the caller's choice: the same agent acting for another end user
+        # under it is not this conversation (events before round 3 name no end user).
+        if event.data.get("on_behalf_of", draft.on_behalf_of) == draft.on_behalf_of:
+            found.setdefault(event.seq, _line(event, "same trace"))
+    if not draft.on_behalf_of:
+        return full
+    for moment in sorted({r.created_at for r in revisions} or {draft.created_at}):
+        nearby = audit_repository.tool_calls_between(
+            session,
+            tenant,
+            agent,
+            since=moment - CONVERSATION_WINDOW,
+            until=moment + CONVERSATION_WINDOW,
+            limit=MAX_TIMELINE,
+        )
+        full = full or len(nearby) >= MAX_TIMELINE
+        for event in nearby:
+            if event.data.get("on_behalf_of") == draft.on_behalf_of:
+                found.setdefault(event.seq, _line(event, "same agent and end user, nearby"))
+    return full

@@ -10,7 +10,9 @@ from typing import Any
 from mcp_adapter.tools import ToolDoor
 from service.audit import checkpoints
 from service.db import session_scope
+from service.principal import Role
 from service.sql import utcnow
+from service.tokens import actions as tokens
 from service.tracing import new_trace_id
 from tests.service.console.console import page, same_origin, signed_in
 from tests.support.backends import both_backends
@@ -148,3 +150,32 @@ def test_a_control_character_in_a_filter_is_a_400_not_a_5xx(browser, demo):
     signed_in(browser, demo["tokens"]["auditor"])
     assert browser.get("/console/audit?actor=%00").status_code == 400
     assert browser.get("/console/?status=decided&approver=%00").status_code == 400
+
+
+def test_the_same_agent_for_another_end_user_is_not_in_a_drafts_conversation(
+    browser, runtime, demo, door
+):
+    trace = new_trace_id()
+    arguments = {
+        "order_id": "ORD-1004",
+        "amount": {"amount_minor": 2_500, "currency": "USD"},
+        "reason": "damaged",
+    }
+    draft_id = door.call("propose_refund", arguments, trace, None)["draft_id"]
+    with session_scope(runtime.engine) as session:  # the same agent, serving someone else
+        other = tokens.issue(
+            session,
+            tenant="demo",
+            subject="support-agent",
+            role=Role.AGENT,
+            on_behalf_of="cust-bob",
+            actor="test",
+        )
+    elsewhere = ToolDoor(runtime, stdio_token=other.token)
+    elsewhere.call("list_orders", {}, trace, None)  # under the draft's own trace id
+    signed_in(browser, demo["tokens"]["auditor"])
+
+    lines = rows(page(browser, f"/console/audit/drafts/{draft_id}"), "timeline")
+
+    calls = [r for r in lines if r["data-type"] == "tool.called"]
+    assert [r["data-how"] for r in calls] == ["this draft"]  # the proposal only
