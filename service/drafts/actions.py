@@ -227,11 +227,7 @@ def _revise(ctx: ActionContext, draft_id: str, proposal: Proposal) -> tuple[Draf
         draft.source_revision,
     ):
         return draft, True  # nothing changed: the same revision stands
-    twin = repository.by_open_dedupe_key(
-        session, state.dedupe_key(principal, action.name, proposal.params_sha256)
-    )
-    if twin is not None and twin.id != draft.id and not expire_if_due(session, twin, now=ctx.now):
-        raise errors.duplicate_open_draft(twin.id)
+    _refuse_twin(ctx, draft, proposal)
     state.revise(
         session,
         draft,
@@ -243,6 +239,17 @@ def _revise(ctx: ActionContext, draft_id: str, proposal: Proposal) -> tuple[Draf
     )
     _record_revision(ctx, draft, event="draft.revised")
     return draft, False
+
+
+def _refuse_twin(ctx: ActionContext, draft: Draft, proposal: Proposal) -> None:
+    """DUPLICATE_OPEN_DRAFT if another open draft of the proposer holds the same params: the
+    draft's new revision would duplicate it (one expired but not yet swept does not count)."""
+    key = state.dedupe_key(ctx.principal, proposal.action.name, proposal.params_sha256)
+    twin = repository.by_open_dedupe_key(ctx.session, key)
+    if twin is None or twin.id == draft.id:
+        return
+    if not expire_if_due(ctx.session, twin, now=ctx.now):
+        raise errors.duplicate_open_draft(twin.id)
 
 
 def rebase(
@@ -261,15 +268,7 @@ def rebase(
     proposer (DUPLICATE_OPEN_DRAFT), which the new revision would duplicate."""
     params = action.Input.model_validate_json(json.dumps(draft.params))
     proposal = _validate(ctx, action, params, draft.params, policies, draft.id)
-    twin = repository.by_open_dedupe_key(
-        ctx.session, state.dedupe_key(ctx.principal, action.name, proposal.params_sha256)
-    )
-    if (
-        twin is not None
-        and twin.id != draft.id
-        and not expire_if_due(ctx.session, twin, now=ctx.now)
-    ):
-        raise errors.duplicate_open_draft(twin.id)
+    _refuse_twin(ctx, draft, proposal)
     left = state.rebase(
         ctx.session,
         draft,

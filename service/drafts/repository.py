@@ -300,20 +300,26 @@ def _pending_on(tenant: str, source_ref: str, now: datetime) -> list[Any]:
         # An open draft past its time is expired for every reader; one on its way to
         # execution is not (its execution has its own deadline).
         or_(
-            col(Draft.status).in_([s.value for s in OPEN_STATUSES]).is_(False),
+            col(Draft.status).not_in([s.value for s in OPEN_STATUSES]),
             col(Draft.expires_at) > now,
         ),
     ]
 
 
 def pending_on_source(
-    session: Session, tenant: str, source_ref: str, *, now: datetime, limit: int = 50
+    session: Session,
+    tenant: str,
+    source_ref: str,
+    *,
+    now: datetime,
+    excluding: str,
+    limit: int = 50,
 ) -> list[Draft]:
-    """The first ``limit`` drafts on this source that may still change it, oldest first
-    (expired ones excluded even before the sweeper records them)."""
+    """The first ``limit`` other drafts (not ``excluding``) on this source that may still
+    change it, oldest first (expired ones excluded even before the sweeper records them)."""
     statement = (
         select(Draft)
-        .where(*_pending_on(tenant, source_ref, now))
+        .where(*_pending_on(tenant, source_ref, now), col(Draft.id) != excluding)
         .order_by(col(Draft.created_at), col(Draft.id))
         .limit(limit)
     )
@@ -321,14 +327,23 @@ def pending_on_source(
 
 
 def pending_totals(
-    session: Session, tenant: str, source_ref: str, *, currency: str | None, now: datetime
+    session: Session,
+    tenant: str,
+    source_ref: str,
+    *,
+    currency: str | None,
+    now: datetime,
+    excluding: str,
 ) -> tuple[int, int]:
-    """How many drafts on this source may still change it, and their amounts in ``currency``
-    added up: every one of them, however many (the list above shows only the first)."""
+    """How many other drafts on this source (not ``excluding``) may still change it, and
+    their amounts in ``currency`` added up: every one of them, however many (the list above
+    shows only the first)."""
     amount = func.coalesce(
         func.sum(case((col(Draft.currency) == currency, col(Draft.amount_minor)), else_=0)), 0
     )
-    statement = sa_select(func.count(), amount).where(*_pending_on(tenant, source_ref, now))
+    statement = sa_select(func.count(), amount).where(
+        *_pending_on(tenant, source_ref, now), col(Draft.id) != excluding
+    )
     count, total = session.execute(statement).one()
     return int(count), int(total)
 

@@ -188,11 +188,8 @@ def _advice(
     match status:
         case DraftStatus.PROPOSED:
             # A reason on a proposed draft is why it is waiting again (its source moved).
-            again = (
-                f"{draft.status_reason[:1].upper()}{draft.status_reason[1:]}. "
-                if (draft.status_reason)
-                else ""
-            )
+            reason = draft.status_reason or ""
+            again = f"{reason[:1].upper()}{reason[1:]}. " if reason else ""
             return (
                 f"{again}The request is recorded as draft {draft.id} and waits for human "
                 f"approval ({standing.received} of {standing.required} approvals). Nothing has "

@@ -17,8 +17,20 @@ from service.drafts.state import status_at
 from service.errors import DomainError
 from service.money import AmountView
 from service.principal import Principal, Role
-from service.registry.base import ActionContext, SourceState
+from service.registry.base import ActionContext, SourceState, source_name
 from service.runtime import Runtime
+
+
+def as_proposer(draft: Draft, *, token_id: str) -> Principal:
+    """The agent that proposed the draft, for the end user it acted for, as the action reads and
+    changes the world for it (its source, its execution); ``token_id`` says on whose behalf."""
+    return Principal(
+        tenant=draft.tenant,
+        subject=draft.proposed_by,
+        role=Role.AGENT,
+        token_id=token_id,
+        on_behalf_of=draft.on_behalf_of,
+    )
 
 
 def source_now(
@@ -29,13 +41,7 @@ def source_now(
     action = runtime.registry.write(draft.action)
     if action is None or draft.source_ref is None:
         return None
-    proposer = Principal(
-        tenant=draft.tenant,
-        subject=draft.proposed_by,
-        role=Role.AGENT,
-        token_id=f"draft:{draft.id}",
-        on_behalf_of=draft.on_behalf_of,
-    )
+    proposer = as_proposer(draft, token_id=f"draft:{draft.id}")
     ctx = ActionContext(session=session, principal=proposer, settings=runtime.settings, now=now)
     try:
         params = action.Input.model_validate_json(json.dumps(draft.params))
@@ -51,11 +57,9 @@ def source_view(
         return None
     current = source_now(session, runtime, draft, now)
     changed = {c["label"]: c["now"] for c in current.changes_from(draft.source)} if current else {}
-    others = [
-        other
-        for other in repository.pending_on_source(session, draft.tenant, draft.source_ref, now=now)
-        if other.id != draft.id
-    ]
+    others = repository.pending_on_source(
+        session, draft.tenant, draft.source_ref, now=now, excluding=draft.id
+    )
     pending, total = _total(session, draft, now)
     limit = _limit(current)
     return SourceView(
@@ -88,17 +92,17 @@ def _total(session: Session, draft: Draft, now: datetime) -> tuple[int, AmountVi
     and this one come to in its currency (every one: padding the list with small drafts
     cannot hide a large one from the sum)."""
     assert draft.source_ref is not None
-    count, pending = repository.pending_totals(
-        session, draft.tenant, draft.source_ref, currency=draft.currency, now=now
+    others, pending = repository.pending_totals(
+        session,
+        draft.tenant,
+        draft.source_ref,
+        currency=draft.currency,
+        now=now,
+        excluding=draft.id,
     )
-    this_pending = draft.status in repository.PENDING_ON_SOURCE and (
-        draft.status not in OPEN_STATUSES or draft.expires_at > now
-    )
-    others = count - (1 if this_pending else 0)
     if draft.amount_minor is None or not draft.currency:
         return others, None
-    own = 0 if this_pending else draft.amount_minor
-    return others, AmountView.of(pending + own, draft.currency)
+    return others, AmountView.of(pending + draft.amount_minor, draft.currency)
 
 
 def _limit(current: SourceState | None) -> AmountView | None:
@@ -114,7 +118,7 @@ def _warning(
 ) -> str | None:
     if draft.status not in OPEN_STATUSES:
         return None  # decided: its own execution, if any, moved the source; nothing to warn of
-    name = (draft.source_ref or "").split(":", 1)[-1]
+    name = source_name(draft.source_ref or "")
     if current is None:
         return (
             f"{name} cannot be read now: its state is not known, and an execution that "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from service.errors import INTERNAL_ERROR, Category, DomainError, ErrorCode
+from service.registry.base import source_name
 
 NOT_APPROVED = ErrorCode(
     "NOT_APPROVED",
@@ -103,14 +104,14 @@ def action_failed(exception: BaseException) -> DomainError:
 def source_changed(ref: str, changes: list[dict[str, str]], revision: int) -> DomainError:
     what = "; ".join(f"{c['label']}: {c['then'] or '-'} -> {c['now']}" for c in changes)
     return SOURCE_CHANGED(
-        f"{ref.split(':', 1)[-1]} changed after the approval ({what or 'its revision moved'}); "
+        f"{source_name(ref)} changed after the approval ({what or 'its revision moved'}); "
         f"nothing was executed. The draft awaits approval again as revision {revision}."
     )
 
 
 def source_changed_after_attempts(ref: str, attempt: int) -> DomainError:
     return SOURCE_CHANGED(
-        f"{ref.split(':', 1)[-1]} changed after the approval and after {attempt - 1} earlier "
+        f"{source_name(ref)} changed after the approval and after {attempt - 1} earlier "
         "attempt(s) of this execution, whose effect elsewhere is not known here: nothing more "
         "is executed and the draft is not rebased.",
         suggested_action="Check the order's state; propose the change again if still wanted.",

@@ -39,11 +39,12 @@ from service.drafts import actions as drafts_actions
 from service.drafts import repository as drafts_repository
 from service.drafts.errors import contract_changed
 from service.drafts.models import Draft
+from service.drafts.world import as_proposer
 from service.errors import DomainError
 from service.executions import errors, repository, state
 from service.executions.models import FINISHED, Execution, ExecutionStatus
-from service.principal import Principal, Role
-from service.registry.base import ActionContext, Outcome, SourceState
+from service.principal import Principal
+from service.registry.base import ActionContext, Outcome, SourceState, source_name
 from service.runtime import Runtime
 from service.sql import utcnow
 
@@ -183,13 +184,7 @@ def _claim_of(
         attempt=execution.attempts,
         idempotency_key=execution.idempotency_key,
         params=draft.params,
-        proposer=Principal(
-            tenant=draft.tenant,
-            subject=draft.proposed_by,
-            role=Role.AGENT,
-            token_id=f"execution:{execution.id}",
-            on_behalf_of=draft.on_behalf_of,
-        ),
+        proposer=as_proposer(draft, token_id=f"execution:{execution.id}"),
         trace_id=execution.trace_id,
         source_revision=draft.source_revision,
         recovery_only=recovery_only
@@ -435,7 +430,8 @@ def _record_source_moved(runtime: Runtime, claim: Claim, source: SourceState) ->
             )
         refused = errors.source_changed(source.ref, changes, draft.revision)
         error = {**refused.audit_form(), "source_changed": moved, "revision": draft.revision}
-        state.end_source_moved(session, execution, now=utcnow(), error=error)
+        # The draft was rebased, not ended: only the execution fails.
+        state.fail(session, execution, None, now=utcnow(), error=error, reason=why)
         return RunResult(ExecutionStatus.FAILED.value)
 
 
@@ -455,7 +451,7 @@ def _fail_moved(
 
 def source_changed_reason(ref: str, changes: list[dict[str, str]]) -> str:
     what = ", ".join(change["label"].lower() for change in changes) or "its revision"
-    return f"{ref.split(':', 1)[-1]} changed after the approval ({what}), so nothing was executed"
+    return f"{source_name(ref)} changed after the approval ({what}), so nothing was executed"
 
 
 def _current(session: Session, claim: Claim) -> tuple[Execution | None, Draft | None]:

@@ -178,22 +178,14 @@ def fail(
     attempt_detail: dict[str, Any] | None = None,
     event_data: dict[str, Any] | None = None,
 ) -> None:
-    """End the execution as failed (a business failure, or retries used up)."""
+    """End the execution as failed (a business failure, or retries used up), and its draft
+    with it; ``draft`` None leaves the draft as it is (one rebased because its source moved:
+    drafts.actions.rebase)."""
     close_attempt(session, execution, AttemptResult.FAILED, now=now, detail=attempt_detail or error)
     _finish(session, execution, ExecutionStatus.FAILED, now=now, error=error)
     data = event_data or {"attempt": execution.attempts, "error": error}
     record(session, execution, "execution.failed", data)
     _move_draft(session, execution, draft, DraftStatus.FAILED, now=now, reason=reason)
-
-
-def end_source_moved(
-    session: Session, execution: Execution, *, now: datetime, error: dict[str, Any]
-) -> None:
-    """End the execution refused because its draft's source moved after the approvals: the
-    draft is not ended here, it was rebased (drafts.actions.rebase) to be approved again."""
-    close_attempt(session, execution, AttemptResult.FAILED, now=now, detail=error)
-    _finish(session, execution, ExecutionStatus.FAILED, now=now, error=error)
-    record(session, execution, "execution.failed", {"attempt": execution.attempts, "error": error})
 
 
 def refuse(

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from service.canonical import canonical_json, sha256_hex
+from service.canonical import canonical_json
 from service.gateway import naming
 from service.gateway.declarations import SourceDeclaration, ToolDeclaration, WriteContract
 from service.gateway.kinds import Build, DeclaredTool
@@ -29,6 +29,7 @@ from service.registry.base import (
     SourceFact,
     SourceState,
     WriteAction,
+    digest_revision,
 )
 from service.text import inert
 from service.validation import StrictInput, parse
@@ -123,7 +124,7 @@ def source_state(
         if select
         else answer
     )
-    revision = sha256_hex(canonical_json(chosen))[:32]
+    revision = digest_revision(chosen)
     facts = [SourceFact(label=path, value=_fact(chosen[path])) for path in select] or [
         SourceFact(label="state", value=f"digest {revision} of the whole answer of {read}")
     ]

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 from sqlmodel import Session
 
+from service.canonical import canonical_json, sha256_hex
 from service.config import Settings
 from service.masking import masked_dump
 from service.money import AmountView, Money
@@ -58,6 +59,17 @@ class SourceFact(BaseModel):
 
     label: str
     value: str
+
+
+def source_name(ref: str) -> str:
+    """How a source's ``ref`` reads in a sentence: ``order:ORD-1004`` is ``ORD-1004``."""
+    return ref.split(":", 1)[-1]
+
+
+def digest_revision(state: Any) -> str:
+    """A source revision that is a digest of the state's JSON (RFC 8785, SHA-256, 128 bits):
+    any change of it, by anyone, moves the revision."""
+    return sha256_hex(canonical_json(state))[:32]
 
 
 class SourceState(BaseModel):

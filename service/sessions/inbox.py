@@ -21,7 +21,7 @@ from sqlmodel import Session
 from service.approvals import progress
 from service.approvals import repository as approvals_repository
 from service.drafts import repository as drafts_repository
-from service.drafts.models import Draft, DraftStatus
+from service.drafts.models import OPEN_STATUSES, Draft, DraftStatus
 from service.drafts.schemas import amount_of
 from service.drafts.state import status_at
 from service.money import AmountView, to_major
@@ -56,26 +56,12 @@ class InboxStatus(StrEnum):
     WITHDRAWN = "withdrawn"
 
 
+# The history: every status past a decision, all together or one at a time.
+DECIDED = [status for status in DraftStatus if status not in OPEN_STATUSES]
 HISTORY: dict[InboxStatus, list[DraftStatus]] = {
-    InboxStatus.DECIDED: [
-        DraftStatus.QUEUED,
-        DraftStatus.RUNNING,
-        DraftStatus.SUCCEEDED,
-        DraftStatus.FAILED,
-        DraftStatus.REJECTED,
-        DraftStatus.EXPIRED,
-        DraftStatus.WITHDRAWN,
-    ],
-    **{
-        status: [DraftStatus(status.value)]
-        for status in (
-            InboxStatus.SUCCEEDED,
-            InboxStatus.FAILED,
-            InboxStatus.REJECTED,
-            InboxStatus.EXPIRED,
-            InboxStatus.WITHDRAWN,
-        )
-    },
+    InboxStatus.DECIDED: DECIDED,
+    # queued and running are in the history only together with the rest
+    **{InboxStatus(s.value): [s] for s in DECIDED if s.value in set(InboxStatus)},
 }
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from service.canonical import canonical_json, sha256_hex
 from service.masking import mask_phone
 from service.money import AmountView, Money, render_amount
 from service.registry.base import (
@@ -17,6 +16,7 @@ from service.registry.base import (
     SourceFact,
     SourceState,
     WriteAction,
+    digest_revision,
 )
 from service.shop import carrier, errors, payments, repository, rules
 from service.shop.models import AddressChange, Cancellation, Order, OrderStatus, Refund
@@ -68,7 +68,7 @@ def order_revision(order: Order, refunded_minor: int) -> str:
             for moment in (order.paid_at, order.shipped_at, order.delivered_at, order.cancelled_at)
         ],
     }
-    return sha256_hex(canonical_json(state))[:32]
+    return digest_revision(state)
 
 
 def order_source(

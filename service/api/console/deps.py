@@ -46,6 +46,11 @@ class ConsoleCaller:
     csrf_token: str
     secret: str
 
+    @classmethod
+    def of(cls, principal: Principal, session_id: str, secret: str) -> ConsoleCaller:
+        """The caller of a live session, with the CSRF token its secret derives."""
+        return cls(principal, session_id, sessions.csrf_token_for(secret), secret)
+
 
 class SignInRequired(Exception):
     """A page was asked for without a live session: answered with a redirect to sign in."""
@@ -84,9 +89,7 @@ def get_caller(request: Request, runtime: RuntimeDep, trace_id: TraceIdDep) -> C
             )
         raise error
     runtime.limiter.check_token(verdict.principal.token_id)
-    return ConsoleCaller(
-        verdict.principal, verdict.session_id, sessions.csrf_token_for(secret), secret
-    )
+    return ConsoleCaller.of(verdict.principal, verdict.session_id, secret)
 
 
 def session_verdict(runtime: Runtime, secret: str | None, *, now: datetime) -> sessions.Verdict:
@@ -117,9 +120,7 @@ def signed_in(request: Request) -> ConsoleCaller | None:
         return None
     if verdict.principal is None or verdict.session_id is None or verdict.ending is not None:
         return None
-    return ConsoleCaller(
-        verdict.principal, verdict.session_id, sessions.csrf_token_for(secret), secret
-    )
+    return ConsoleCaller.of(verdict.principal, verdict.session_id, secret)
 
 
 Caller = Annotated[ConsoleCaller, Depends(get_caller)]
