@@ -40,6 +40,12 @@ DEFAULT_POLICIES: dict[str, Any] = {
     "cancel_order": {"ttl_seconds": 86_400, "tiers": [{"approvals": 1}]},
     "change_shipping_address": {"ttl_seconds": 86_400, "tiers": [{"approvals": 1}]},
 }
+# The demo stack (`draftgate dev`) also lets approvers sign standing grants of refunds for up
+# to 7 days (docs/approvals.md, "Standing grants"); the reference policies grant nothing.
+DEMO_POLICIES: dict[str, Any] = {
+    **DEFAULT_POLICIES,
+    "refund": {**DEFAULT_POLICIES["refund"], "grants": {"max_seconds": 7 * 86_400}},
+}
 
 
 class Settings(BaseSettings):

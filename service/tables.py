@@ -7,6 +7,7 @@ from service.audit import models as audit_models
 from service.drafts import models as drafts_models
 from service.executions import models as executions_models
 from service.gateway import models as gateway_models
+from service.grants import models as grants_models
 from service.keys import models as keys_models
 from service.sessions import models as sessions_models
 from service.shop import models as shop_models
@@ -21,6 +22,7 @@ __all__ = [
     "drafts_models",
     "executions_models",
     "gateway_models",
+    "grants_models",
     "keys_models",
     "metadata",
     "sessions_models",

@@ -53,10 +53,6 @@ def statement_to_sign(
     else null for the client to fill in; ``issued_at`` may be replaced by the
     signer's own clock (within the allowed skew).
     """
-    keys = keys_repository.list_for(session, principal.tenant, principal.subject)
-    passkeys = keys_repository.passkeys_for(session, principal.tenant, principal.subject)
-    credentials: list[Credential] = [*keys, *passkeys]
-    active = [credential for credential in credentials if credential.revoked_at is None]
     return build_statement(
         tenant=draft.tenant,
         draft_id=draft.id,
@@ -66,10 +62,20 @@ def statement_to_sign(
         params_sha256=draft.params_sha256,
         decision=Decision.APPROVE,
         approver=principal.subject,
-        key_id=active[0].key_id if len(active) == 1 else None,
+        key_id=own_key_id(session, principal),
         issued_at=rfc3339_seconds(now),
         source_revision=draft.source_revision,
     )
+
+
+def own_key_id(session: Session, principal: Principal) -> str | None:
+    """The caller's credential when they have exactly one active key or passkey, else None
+    (for the client to fill in)."""
+    keys = keys_repository.list_for(session, principal.tenant, principal.subject)
+    passkeys = keys_repository.passkeys_for(session, principal.tenant, principal.subject)
+    credentials: list[Credential] = [*keys, *passkeys]
+    active = [credential for credential in credentials if credential.revoked_at is None]
+    return active[0].key_id if len(active) == 1 else None
 
 
 def submit(
@@ -90,15 +96,25 @@ def submit(
     principal.require(Role.APPROVER)
     statement = request.statement
     _check_identity(principal, draft_id, statement)
-    key = signatures.verify_request(session, principal, request, settings=runtime.settings, now=now)
+    key = signatures.verify_request(
+        session,
+        principal,
+        request,
+        key_id=statement.key_id,
+        signed=statement.signed_value(),
+        settings=runtime.settings,
+        now=now,
+    )
     draft = _lock_open_draft(session, principal, draft_id, statement.decision, now=now)
     check_contract(runtime, draft)
     _check_binding(draft, statement)
-    _check_freshness(statement, now=now, skew_seconds=runtime.settings.approval_clock_skew_seconds)
+    check_freshness(
+        statement.issued_at, now=now, skew_seconds=runtime.settings.approval_clock_skew_seconds
+    )
     rules = progress.Rules.of(runtime)
     _check_signer(progress.of_draft(session, rules, draft), principal)
     _record_decision(session, principal, draft, key, request, now=now, trace_id=trace_id)
-    _apply_decision(session, rules, principal, draft, now=now, trace_id=trace_id)
+    settle(session, rules, draft, actor=principal.actor, now=now, trace_id=trace_id)
     return draft
 
 
@@ -182,17 +198,17 @@ def _record_decision(
     return approval
 
 
-def _apply_decision(
+def settle(
     session: Session,
     rules: progress.Rules,
-    principal: Principal,
     draft: Draft,
     *,
+    actor: str,
     now: datetime,
     trace_id: str | None,
-) -> None:
-    """Counted again with the decision just recorded: a verified rejection ends the draft;
-    approvals that now meet the policy approve it."""
+) -> progress.ApprovalProgress:
+    """Counted again with a decision just recorded (a signed one, or a grant's): a verified
+    rejection ends the draft; approvals that now meet the policy approve it."""
     standing = progress.of_draft(session, rules, draft)
     if standing.rejections:
         draft_state.transition(
@@ -200,7 +216,7 @@ def _apply_decision(
             draft,
             DraftStatus.REJECTED,
             now=now,
-            actor=principal.actor,
+            actor=actor,
             trace_id=trace_id,
             reason=standing.rejections[0].signed.reason,
         )
@@ -210,19 +226,25 @@ def _apply_decision(
             draft,
             DraftStatus.APPROVED,
             now=now,
-            actor=principal.actor,
+            actor=actor,
             trace_id=trace_id,
             data={"approvers": standing.approvers},
         )
         metrics.quorum_reached(session, draft, now)
+    return standing
 
 
 def _check_identity(principal: Principal, draft_id: str, statement: ApprovalStatement) -> None:
     if statement.draft_id != draft_id:
         raise errors.statement_for_other_draft()
-    if statement.tenant != principal.tenant:
+    check_signer_identity(principal, tenant=statement.tenant, approver=statement.approver)
+
+
+def check_signer_identity(principal: Principal, *, tenant: str, approver: str) -> None:
+    """Refuse a statement signed for another tenant or in another approver's name."""
+    if tenant != principal.tenant:
         raise errors.statement_for_other_tenant()
-    if statement.approver != principal.subject:
+    if approver != principal.subject:
         raise errors.approver_mismatch()
 
 
@@ -244,7 +266,8 @@ def _check_binding(draft: Draft, statement: ApprovalStatement) -> None:
         raise errors.statement_mismatch(mismatched or ["params_sha256"])
 
 
-def _check_freshness(statement: ApprovalStatement, *, now: datetime, skew_seconds: int) -> None:
-    issued_at = datetime.fromisoformat(statement.issued_at.replace("Z", "+00:00"))
-    if abs(now - issued_at) > timedelta(seconds=skew_seconds):
-        raise errors.statement_stale(statement.issued_at, skew_seconds)
+def check_freshness(issued_at: str, *, now: datetime, skew_seconds: int) -> None:
+    """Refuse a statement issued further from the server's clock than the allowed skew."""
+    moment = datetime.fromisoformat(issued_at.replace("Z", "+00:00"))
+    if abs(now - moment) > timedelta(seconds=skew_seconds):
+        raise errors.statement_stale(issued_at, skew_seconds)

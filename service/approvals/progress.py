@@ -10,40 +10,35 @@ larger of what the draft recorded when it was proposed and what the configured p
 demands now for the amount in the *signed* params (never the unsigned amount columns), so no
 edited column and no lowered record can lower the bar. One verified rejection ends the draft.
 
-Signed decisions come from sources (``SOURCES``). Today there is one: the approvals stored
-one per approver and revision. A standing grant or a batch statement (issues 20 and 21) is
-another source whose decisions bring their own proof (what their signature covers, how it
-verifies); every rule here applies to them unchanged, and no second place counts.
+Signed decisions come from sources (``SOURCES``): the approvals stored one per approver and
+revision, and the standing grants that covered a draft's revision (``service.grants``). Each
+source's decisions bring their own proof (what their signature covers, how it verifies);
+every rule here applies to them unchanged, and no second place counts.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from enum import StrEnum
-from typing import Protocol
 
-from pydantic import ValidationError
 from sqlmodel import Session
 
 from service.approvals import errors, repository, signatures
 from service.approvals.models import Approval
 from service.approvals.schemas import STATEMENT_TYPE, Decision
+from service.approvals.signed import Proof, Rules, SignedDecision, Source
 from service.canonical import canonical_json, params_sha256
-from service.config import Settings
 from service.drafts.models import Draft
 from service.drafts.policy import PolicyQuestion, applied_policies, as_proposed
 from service.errors import DomainError
 from service.executions import errors as execution_errors
+from service.grants.proof import GrantedApprovals
 from service.keys import repository as keys_repository
 from service.keys.assertions import RelyingParty, relying_party
 from service.keys.repository import Credential
-from service.money import Money
-from service.policies.schemas import PolicyConfig
-from service.registry.base import WriteAction
-from service.runtime import Runtime
+
+__all__ = ["Proof", "Rules", "SignedDecision", "Source"]  # the types every source shares
 
 # Why a signed decision does not count (shown to approvers beside each decision).
 EARLIER_REVISION = "signed an earlier revision"
@@ -54,60 +49,6 @@ SIGNED_BY_PROPOSER = "the approver proposed the draft"
 # (revocation answers a stolen key, so nothing it approved runs).
 REVOKED_SINCE = "the key was revoked after it signed; its approvals no longer count"
 COUNTED_ONCE = "another approval of the same approver already counts"
-
-
-@dataclass(frozen=True)
-class Rules:
-    """What counting rests on besides the stored rows: the registered write actions, the
-    configured policies, and the settings (default TTL, the passkeys' relying party)."""
-
-    writes: Mapping[str, WriteAction]
-    policies: dict[str, PolicyConfig]
-    settings: Settings
-
-    @classmethod
-    def of(cls, runtime: Runtime) -> Rules:
-        return cls(runtime.registry.writes, runtime.policies, runtime.settings)
-
-
-class Proof(Protocol):
-    """What one signed decision's signature covers, and how it verifies: each source of
-    signed decisions brings its own."""
-
-    def binding_problem(self, draft: Draft, digest: str) -> str | None:
-        """Why it does not cover exactly the draft's current revision (``digest``: of the
-        params as stored now), or None."""
-
-    def signature_problem(self, key: Credential, party: RelyingParty) -> str | None:
-        """Why its signature does not verify with ``key``, or None."""
-
-
-@dataclass(frozen=True)
-class SignedDecision:
-    """An approve or reject decision signed by an approver, from any source."""
-
-    reference: str  # what a person looks it up by (an approval id)
-    approver: str
-    key_id: str
-    scheme: str
-    decision: Decision
-    reason: str | None
-    issued_at: str
-    # When draftgate accepted it: a key revoked before then signed nothing that counts.
-    signed_at: datetime
-    # The revision it was signed for (a source of decisions bound to no single revision, a
-    # standing grant, names the one it is loaded for).
-    revision: int
-    proof: Proof
-
-
-class Source(Protocol):
-    def load(
-        self, session: Session, drafts: Sequence[Draft], *, new: frozenset[str]
-    ) -> dict[str, list[SignedDecision]]:
-        """The signed decisions bearing on each draft, by draft id, in a fixed number of
-        queries whatever the number of drafts. ``new``: the drafts whose current revision
-        this unit of work wrote (nobody can have signed it yet)."""
 
 
 @dataclass(frozen=True)
@@ -247,7 +188,7 @@ def of_drafts(
     the drafts whose current revision this unit of work wrote."""
     signed: dict[str, list[SignedDecision]] = {draft.id: [] for draft in drafts}
     for source in SOURCES:
-        for draft_id, decisions in source.load(session, drafts, new=new).items():
+        for draft_id, decisions in source.load(session, rules, drafts, new=new).items():
             signed[draft_id].extend(decisions)
     keys = _keys(session, drafts, signed)
     required = _required(session, rules, drafts)
@@ -339,7 +280,7 @@ def _required(session: Session, rules: Rules, drafts: Sequence[Draft]) -> dict[s
     unknown: dict[str, str] = {}
     questions: list[PolicyQuestion] = []
     for draft in drafts:
-        amount = _signed_amount(rules, draft)
+        amount = rules.signed_amount(draft)
         if isinstance(amount, str):
             unknown[draft.id] = amount
             continue
@@ -355,18 +296,6 @@ def _required(session: Session, rules: Rules, drafts: Sequence[Draft]) -> dict[s
         or max(draft.approvals_required, applied[draft.id][0].approvals_required, 1)
         for draft in drafts
     }
-
-
-def _signed_amount(rules: Rules, draft: Draft) -> Money | str | None:
-    """The amount in the signed params, or why it cannot be read."""
-    action = rules.writes.get(draft.action)
-    if action is None:
-        return f"the action {draft.action} is not registered"
-    try:
-        signed = action.Input.model_validate_json(json.dumps(draft.params))
-    except ValidationError:
-        return "the stored params are not valid for the action"
-    return action.amount_of(signed)
 
 
 # --- the stored approvals: the first source ------------------------------------------------
@@ -412,7 +341,7 @@ class StoredApprovals:
     revision."""
 
     def load(
-        self, session: Session, drafts: Sequence[Draft], *, new: frozenset[str]
+        self, session: Session, rules: Rules, drafts: Sequence[Draft], *, new: frozenset[str]
     ) -> dict[str, list[SignedDecision]]:
         rows = repository.for_drafts(session, [d.id for d in drafts if d.id not in new])
         return {draft_id: [stored(a) for a in approvals] for draft_id, approvals in rows.items()}
@@ -433,4 +362,4 @@ def stored(approval: Approval) -> SignedDecision:
     )
 
 
-SOURCES: tuple[Source, ...] = (StoredApprovals(),)
+SOURCES: tuple[Source, ...] = (StoredApprovals(), GrantedApprovals())

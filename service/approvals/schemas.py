@@ -26,7 +26,35 @@ class Decision(StrEnum):
     REJECT = "reject"
 
 
-class ApprovalStatement(StrictInput):
+class SignedStatement(StrictInput):
+    """A JSON object an approver signs: JCS(statement) are the signed bytes, so it says
+    exactly what it says (an approval's, a standing grant's)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_omitted(cls, data: Any) -> Any:
+        # Overrides StrictInput's: JCS spells a null member, so a null is refused, not dropped.
+        if isinstance(data, dict):
+            nulls = sorted(str(key) for key, value in data.items() if value is None)
+            if nulls:
+                raise ValueError(f"null is not a value of a signed statement: {', '.join(nulls)}")
+        return data
+
+    def signed_value(self) -> dict[str, Any]:
+        """The JSON value whose JCS encoding is signed (absent members stay absent)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+def real_moment(value: str) -> str:
+    """``value`` (matching ISSUED_AT_PATTERN), if it names a real moment in time."""
+    try:
+        datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{value} is not a real moment in time") from None
+    return value
+
+
+class ApprovalStatement(SignedStatement):
     """Exactly the JSON object an approver signs; JCS(statement) are the signed bytes."""
 
     type: Literal["draftgate.approval.v1"]
@@ -50,25 +78,7 @@ class ApprovalStatement(StrictInput):
     )
     reason: SignedText | None = Field(default=None, min_length=1, max_length=2000)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _null_is_omitted(cls, data: Any) -> Any:
-        # Overrides StrictInput's: these are the signed bytes, and JCS spells a null member,
-        # so a statement must say exactly what it says. A null is refused, not dropped.
-        if isinstance(data, dict):
-            nulls = sorted(str(key) for key, value in data.items() if value is None)
-            if nulls:
-                raise ValueError(f"null is not a value of a signed statement: {', '.join(nulls)}")
-        return data
-
-    @field_validator("issued_at")
-    @classmethod
-    def _real_moment(cls, value: str) -> str:
-        try:
-            datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            raise ValueError(f"{value} is not a real moment in time") from None
-        return value
+    _real_moment = field_validator("issued_at")(real_moment)
 
     @model_validator(mode="after")
     def _reason_iff_reject(self) -> ApprovalStatement:
@@ -77,10 +87,6 @@ class ApprovalStatement(StrictInput):
         if self.decision is Decision.APPROVE and self.reason is not None:
             raise ValueError("only a rejection carries a reason")
         return self
-
-    def signed_value(self) -> dict[str, Any]:
-        """The JSON value whose JCS encoding is signed (no reason key on approvals)."""
-        return self.model_dump(mode="json", exclude_none=True)
 
 
 B64URL = r"^[A-Za-z0-9_-]+$"
@@ -96,11 +102,10 @@ class WebAuthnAssertion(StrictInput):
     signature: str = Field(min_length=1, max_length=700, pattern=B64URL)
 
 
-class ApprovalRequest(StrictInput):
-    """Body of POST /v1/drafts/{id}/approvals: the statement and exactly one of its Ed25519
-    ``signature`` or a passkey's ``webauthn`` assertion."""
+class SignedRequest(StrictInput):
+    """A statement and exactly one of its Ed25519 ``signature`` or a passkey's ``webauthn``
+    assertion."""
 
-    statement: ApprovalStatement
     signature: str | None = Field(
         default=None,
         pattern=r"^[A-Za-z0-9_-]{86}$",
@@ -112,10 +117,17 @@ class ApprovalRequest(StrictInput):
     )
 
     @model_validator(mode="after")
-    def _one_signature(self) -> ApprovalRequest:
+    def _one_signature(self) -> SignedRequest:
         if (self.signature is None) == (self.webauthn is None):
             raise ValueError("send exactly one of signature (Ed25519) and webauthn (passkey)")
         return self
+
+
+class ApprovalRequest(SignedRequest):
+    """Body of POST /v1/drafts/{id}/approvals: the statement and exactly one of its Ed25519
+    ``signature`` or a passkey's ``webauthn`` assertion."""
+
+    statement: ApprovalStatement
 
 
 def build_statement(

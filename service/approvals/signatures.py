@@ -1,8 +1,9 @@
 """Both signature schemes of an approval (docs/approvals.md): an Ed25519 signature over
 JCS(statement), or a passkey's WebAuthn assertion whose challenge is SHA-256(JCS(statement)).
 
-``verify_request`` checks a decision as it arrives (and advances a passkey's sign counter);
-``problem`` re-checks a stored approval, for every quorum check and the worker. Both refuse a
+``verify_request`` checks a signed statement as it arrives, an approval's or a standing
+grant's (and advances a passkey's sign counter); ``problem`` re-checks a stored one, for
+every quorum check and the worker. Both refuse a
 credential whose public key is weak (``service.keys.strength``) before anything else about
 its signature: such a key may have been written straight into the database, and under it a
 signature can be forged without any private key.
@@ -11,16 +12,15 @@ signature can be forged without any private key.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any, Protocol
 
 from sqlmodel import Session
 
 from service.approvals import errors
-from service.approvals.models import Approval
 from service.approvals.schemas import (
     SCHEME_ED25519,
     SCHEME_WEBAUTHN,
-    ApprovalRequest,
-    ApprovalStatement,
+    SignedRequest,
     WebAuthnAssertion,
 )
 from service.canonical import canonical_json
@@ -41,28 +41,39 @@ from service.principal import Principal
 from service.signing import verify
 
 
+class SignedRow(Protocol):
+    """A stored signed statement: an approval or a standing grant."""
+
+    scheme: str
+    signature: str
+    authenticator_data: str | None
+    client_data_json: str | None
+
+
 def verify_request(
     session: Session,
     principal: Principal,
-    request: ApprovalRequest,
+    request: SignedRequest,
     *,
+    key_id: str,
+    signed: dict[str, Any],
     settings: Settings,
     now: datetime,
 ) -> Credential:
-    """The caller's own, active credential, whose signature over the statement verifies."""
-    statement = request.statement
+    """The caller's own, active credential ``key_id``, whose signature over JCS(``signed``),
+    the request's statement, verifies."""
     if request.webauthn is not None:
         return _verify_assertion(
-            session, principal, statement, request.webauthn, settings=settings, now=now
+            session, principal, key_id, signed, request.webauthn, settings=settings, now=now
         )
-    key = keys_repository.get(session, principal.tenant, statement.key_id)
+    key = keys_repository.get(session, principal.tenant, key_id)
     if key is None or key.approver != principal.subject:
         raise errors.key_not_owned()
     if key.revoked_at is not None:
         raise errors.key_revoked()
     _refuse_weak(key)
-    assert request.signature is not None  # ApprovalRequest holds exactly one of the two
-    if not verify(key.public_key, canonical_json(statement.signed_value()), request.signature):
+    assert request.signature is not None  # a signed request holds exactly one of the two
+    if not verify(key.public_key, canonical_json(signed), request.signature):
         raise errors.signature_invalid()
     return key
 
@@ -70,7 +81,8 @@ def verify_request(
 def _verify_assertion(
     session: Session,
     principal: Principal,
-    statement: ApprovalStatement,
+    key_id: str,
+    signed: dict[str, Any],
     webauthn: WebAuthnAssertion,
     *,
     settings: Settings,
@@ -78,9 +90,7 @@ def _verify_assertion(
 ) -> ApproverPasskey:
     """The caller's own, active passkey, whose assertion signs the statement; its sign
     counter advances here (under the passkey's row lock), and only if the approval commits."""
-    passkey = keys_repository.get_passkey(
-        session, principal.tenant, statement.key_id, for_update=True
-    )
+    passkey = keys_repository.get_passkey(session, principal.tenant, key_id, for_update=True)
     if passkey is None or passkey.approver != principal.subject:
         raise errors.key_not_owned()
     if passkey.revoked_at is not None:
@@ -89,7 +99,7 @@ def _verify_assertion(
     try:
         passkey.sign_count = verify_assertion(
             _assertion(webauthn),
-            signed_bytes=canonical_json(statement.signed_value()),
+            signed_bytes=canonical_json(signed),
             credential_id=passkey.credential_id,
             public_key=passkey.public_key,
             relying_party=relying_party(settings),
@@ -120,9 +130,9 @@ def _assertion(webauthn: WebAuthnAssertion) -> Assertion:
 
 
 def problem(
-    approval: Approval, key: Credential, signed: bytes, party: RelyingParty | None
+    approval: SignedRow, key: Credential, signed: bytes, party: RelyingParty | None
 ) -> str | None:
-    """Why the stored approval's signature does not sign ``signed`` (JCS of its statement)
+    """Why the stored statement's signature does not sign ``signed`` (JCS of its statement)
     with ``key``, by the approval's scheme; None when it does. A weak key never counts."""
     weakness = credential_problem(key)
     if weakness is not None:

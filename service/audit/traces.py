@@ -133,6 +133,11 @@ def describe(event: AuditEvent) -> str:
             reason = f": {data['reason']}" if data.get("reason") else ""
             key = data.get("key_id")
             return f"{event.actor} {verb} revision {data.get('revision')} with key {key}{reason}"
+        case "approval.granted":
+            return (
+                f"revision {data.get('revision')} covered by {data.get('approver')}'s standing "
+                f"grant {data.get('grant_id')}"
+            )
         case "execution.succeeded":
             return f"{attempt} succeeded: {(data.get('outcome') or {}).get('summary')}"
         case "execution.failed":

@@ -55,6 +55,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "service.cli.webhooks:app",
         "Add, list, remove and test outgoing webhooks (admins, through the API).",
     ),
+    "grants": ("service.cli.grants:app", "Sign, list and revoke standing grants."),
     "policies": (
         "service.cli.policies:app",
         "Try approval policies before switching them on.",

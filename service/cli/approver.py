@@ -195,7 +195,7 @@ def show_execution(
 NOT_ASKED_EXIT_CODE = 2  # a usage error, as click's: the command line lacks --yes
 
 
-def _confirm(question: str) -> None:
+def confirm(question: str) -> None:
     """Ask the person at the terminal before signing. Without one, nobody can answer (and
     whatever feeds stdin must not): say how to confirm instead, having signed nothing."""
     if not passphrase.at_a_terminal():
@@ -252,7 +252,7 @@ def _decide(
             f"({', '.join(mismatched)})"
         )
     if not yes:
-        _confirm(f"Sign this {decision.value} of revision {draft['revision']}?")
+        confirm(f"Sign this {decision.value} of revision {draft['revision']}?")
     body = signed_request(ours, private_key)
     return checked_call(lambda: api.post(f"/v1/drafts/{draft_id}/approvals", body))
 

@@ -15,14 +15,14 @@ import signal
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from service.audit.checkpoints import ensure_key
 from service.cli.common import check_runtime
 from service.cli.supervisor import ReadyTimeout, Supervisor
-from service.config import DEFAULT_STATE_DIR, Settings
+from service.config import DEFAULT_STATE_DIR, DEMO_POLICIES, Settings
 from service.db import session_scope
 from service.demo import seed_demo, write_manifest
 from service.migrate import upgrade
@@ -52,7 +52,7 @@ def dev(
     if reset and state_dir.exists():
         shutil.rmtree(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
-    settings = Settings(state_dir=state_dir)
+    settings = Settings(state_dir=state_dir, **_demo_policies())
     api_url, mcp_url = f"http://{host}:{api_port}", f"http://{host}:{mcp_port}/mcp"
     manifest_path = state_dir / "demo.json"
 
@@ -84,6 +84,11 @@ def dev(
     typer.echo("stopped")
 
 
+def _demo_policies() -> dict[str, Any]:
+    """The demo's policies for dev's own checks, as its children get them (_environment)."""
+    return {} if "DRAFTGATE_POLICIES" in os.environ else {"policies": DEMO_POLICIES}
+
+
 def _environment(state_dir: Path, host: str, api_port: int, mcp_port: int) -> dict[str, str]:
     """The children's environment: this one, on the embedded default, with the public URLs."""
     # The API's public URL names the console's site for passkeys (WebAuthn refuses an IP
@@ -95,6 +100,8 @@ def _environment(state_dir: Path, host: str, api_port: int, mcp_port: int) -> di
         "DRAFTGATE_MCP_PUBLIC_URL": f"http://{host}:{mcp_port}/mcp",
         "DRAFTGATE_API_PUBLIC_URL": f"http://{public_host}:{api_port}",
     }
+    # The demo's policies, unless the operator set their own.
+    env.setdefault("DRAFTGATE_POLICIES", json.dumps(DEMO_POLICIES))
     env.pop("DRAFTGATE_DATABASE_URL", None)  # dev always runs on the embedded default
     env.pop("DRAFTGATE_BROKER_URL", None)
     return env

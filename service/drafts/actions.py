@@ -34,6 +34,7 @@ from service.drafts.schemas import (
 )
 from service.drafts.state import expire_if_due, reason_at, status_at
 from service.executions import repository as executions
+from service.grants import actions as grants
 from service.policies.schemas import AppliedPolicy, PolicyConfig
 from service.principal import Principal, Role
 from service.registry.base import ActionContext, SourceState, WriteAction
@@ -91,11 +92,14 @@ def propose(
     if claim is not None and draft.id != target_id:
         # An identical open draft was returned instead: the key refers to that one.
         repository.repoint_idempotency_key(ctx.session, claim, draft.id)
-    # A revision written just now has no approvals and no execution yet.
     rules = progress.Rules({action.name: action}, policies, ctx.settings)
-    return view(
-        ctx.session, action, draft, rules=rules, now=ctx.now, replayed=replayed, new=not replayed
-    )
+    covered = False
+    if not replayed:
+        draft, covered = grants.cover(ctx.session, rules, draft, now=ctx.now, trace_id=ctx.trace_id)
+    # A revision written just now has no approvals (unless a grant covered it) and no
+    # execution yet.
+    new = not replayed and not covered
+    return view(ctx.session, action, draft, rules=rules, now=ctx.now, replayed=replayed, new=new)
 
 
 def _claim_key(
@@ -284,6 +288,8 @@ def rebase(
         actor=actor,
         extra={"from": left.value, "reason": reason, **data},
     )
+    rules = progress.Rules({action.name: action}, policies, ctx.settings)
+    grants.cover(ctx.session, rules, draft, now=ctx.now, trace_id=ctx.trace_id)
 
 
 def _record_revision(

@@ -151,6 +151,7 @@ def _approval_view(verdict: progress.Verdict) -> DraftApproval:
         recorded_at=signed.signed_at,
         counts=verdict.counts,
         problem=verdict.problem,
+        grant_id=signed.grant_id,
     )
 
 

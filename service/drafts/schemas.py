@@ -333,6 +333,11 @@ class DraftApproval(BaseModel):
     recorded_at: datetime
     counts: bool = Field(description="Whether it counts toward the current revision's quorum.")
     problem: str | None = Field(description="Why it does not count, if it does not.")
+    grant_id: str | None = Field(
+        default=None,
+        description="The standing grant this approval comes from (approval_id names it too), "
+        "or null for a decision signed on this draft.",
+    )
 
 
 class SourceFactView(BaseModel):

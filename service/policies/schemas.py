@@ -54,6 +54,21 @@ class Cumulative(BaseModel):
     window_seconds: int = Field(ge=60, le=366 * 86_400)
 
 
+class GrantRules(BaseModel):
+    """Whether approvers may sign standing grants for an action, and for how long at most
+    (docs/approvals.md, "Standing grants"). An action whose policy has none cannot be
+    granted at all."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_seconds: int = Field(
+        default=7 * 86_400,
+        ge=300,
+        le=30 * 86_400,
+        description="The longest a grant may stand, from not_before to expires_at.",
+    )
+
+
 class PolicyConfig(BaseModel):
     """One action's policy, as written in configuration.
 
@@ -67,6 +82,7 @@ class PolicyConfig(BaseModel):
     ttl_seconds: int = Field(default=86_400, ge=60, le=30 * 86_400)
     tiers: list[Tier] | dict[str, list[Tier]]
     cumulative: Cumulative | None = None
+    grants: GrantRules | None = None
 
     @field_validator("tiers")
     @classmethod

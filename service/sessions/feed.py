@@ -23,6 +23,7 @@ DRAFT_CHANGES = {
     "draft.revised": "revised",
     "draft.rebased": "rebased",  # its source moved: a new revision to approve again
     "approval.approved": "signed",  # one more signature, the quorum not (yet) met
+    "approval.granted": "signed",  # a standing grant covered it: one approval counted
     "draft.approved": "approved",
     "draft.rejected": "rejected",
     "draft.expired": "expired",

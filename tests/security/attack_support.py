@@ -34,12 +34,15 @@ from service.approvals.models import Approval
 from service.approvals.schemas import ApprovalRequest, Decision, build_statement, signed_request
 from service.audit.models import AuditEvent
 from service.canonical import canonical_json
-from service.config import Settings
+from service.config import DEMO_POLICIES, Settings
 from service.db import session_scope
 from service.demo import seed_demo
 from service.drafts.models import Draft
 from service.executions import actions as executions
 from service.executions.models import Execution, OutboxMessage
+from service.grants import actions as grants
+from service.grants.models import Grant, GrantUse
+from service.grants.schemas import GRANT_STATEMENT_TYPE, GrantRequest
 from service.keys import actions as keys
 from service.keys import enrolments, passkeys
 from service.keys.assertions import relying_party
@@ -77,11 +80,21 @@ DEMO, ACME = "demo", "acme"
 TENANTS = (DEMO, ACME)
 OPERATOR = "operator:attack-matrix"
 PROBLEM_JSON = "application/problem+json"
-# Thousands of requests, each refusal audited one by one: no limit may aggregate or refuse them.
+# Thousands of requests, each refusal audited one by one: no limit may aggregate or refuse
+# them. The demo's policies: approvers may grant refunds (the grant routes answer).
 NO_RATE_LIMITS: dict[str, Any] = {
     "rate_limit_per_address": "",
     "rate_limit_per_token": "",
     "rate_limit_recorded_refusals": "1000000/minute",
+    "policies": DEMO_POLICIES,
+}
+# A grant of the matrix covers only drafts of an agent that proposes nothing, so the drafts
+# the matrix proposes to be approved stay open whatever grants its cells create.
+GRANT_TERMS: dict[str, Any] = {
+    "action": "refund",
+    "currency": "USD",
+    "max_amount_minor": 2_000,
+    "agent": "no-such-agent",
 }
 SMALL_ORDER = "ORD-1004"  # 785.00 USD: refunds up to 500.00 need one approver
 # A public address literal: creating an endpoint resolves nothing and needs no private-address
@@ -97,6 +110,8 @@ CREDENTIAL_TABLES = (
     ApiToken,
     WebhookEndpoint,
     WebhookDelivery,
+    Grant,
+    GrantUse,
 )
 VOLATILE_COLUMNS = frozenset({"last_used_at"})
 # KWD has no tier of its own in the reference policy, so it gets the strictest: two approvers.
@@ -315,6 +330,15 @@ class World:
         caller = self.issue(tenant, f"auditor-{secrets.token_hex(3)}", Role.AUDITOR)
         return str(self.principal(caller).token_id)
 
+    def grant(self, tenant: str) -> str:
+        """A fresh standing grant of the tenant's approver, recorded through the core."""
+        approver = self.tenants[tenant].callers["approver"]
+        with session_scope(self.runtime.engine) as session:
+            principal = tokens.authenticate(session, approver.token)
+            request = parse(GrantRequest, grant_body(approver))
+            created = grants.create(session, principal, request, runtime=self.runtime, now=utcnow())
+        return created.grant_id
+
     def webhook(self, tenant: str) -> str:
         """A fresh endpoint of the tenant, added by its admin through the core."""
         admin = self.tenants[tenant].callers["admin"]
@@ -492,6 +516,25 @@ def signed_body(
         reason=reason,
     )
     statement.update(overrides)
+    return signed_request(statement, load_private_key(caller.key_file))
+
+
+def grant_body(caller: Caller) -> dict[str, Any]:
+    """A grant statement ``caller`` signs in their own name and tenant, never the same twice
+    (its id names it), and its signature."""
+    assert caller.key_file is not None, caller
+    now = utcnow()
+    statement = {
+        **GRANT_TERMS,
+        "type": GRANT_STATEMENT_TYPE,
+        "tenant": caller.tenant,
+        "approver": caller.subject,
+        "key_id": caller.key_id,
+        "max_uses": secrets.randbelow(10_000) + 1,
+        "not_before": rfc3339_seconds(now),
+        "expires_at": rfc3339_seconds(now + timedelta(hours=1)),
+        "issued_at": rfc3339_seconds(now),
+    }
     return signed_request(statement, load_private_key(caller.key_file))
 
 

@@ -62,6 +62,7 @@ from service.api.app import create_app
 from service.approvals.schemas import Decision
 from service.audit.models import AuditEvent
 from service.canonical import canonical_json
+from service.grants.models import Grant
 from service.keys import passkeys
 from service.keys.models import KeyEnrolment
 from service.signing import b64url, generate_private_key, key_id_for, public_key_b64
@@ -71,6 +72,7 @@ from service.webhooks.models import WebhookDelivery, WebhookEndpoint
 from tests.security.attack_support import (
     ACME,
     DEMO,
+    GRANT_TERMS,
     NO_RATE_LIMITS,
     PROBLEM_JSON,
     TENANTS,
@@ -84,6 +86,7 @@ from tests.security.attack_support import (
     api_client,
     escaped_json,
     flip_bit,
+    grant_body,
     missing_draft_id,
     missing_execution_id,
     module_world,
@@ -166,6 +169,14 @@ EXPECTED: dict[tuple[str, str], Public | Guarded] = {
     ("GET", "/v1/audit/verify"): Guarded("audit.verify", AUDITOR, 200),
     ("GET", "/v1/audit/checkpoints"): Guarded("audit.checkpoints", AUDITOR, 200),
     ("GET", "/v1/traces/{trace_id}"): Guarded("trace", AUDITOR, 200, "trace", "TRACE_UNAVAILABLE"),
+    # standing grants (docs/approvals.md): approvers sign them; they, auditors and admins list
+    # them; their approver or an admin revokes one
+    ("GET", "/v1/grants"): Guarded("grants.list", REVIEWER | ADMIN, 200),
+    ("POST", "/v1/grants/statement"): Guarded("grants.statement", APPROVER, 200),
+    ("POST", "/v1/grants"): Guarded("grants.create", APPROVER, 201),
+    ("POST", "/v1/grants/{grant_id}/revoke"): Guarded(
+        "grants.revoke", APPROVER | ADMIN, 200, "grant", "GRANT_UNAVAILABLE"
+    ),
     # webhooks (docs/webhooks.md): the tenant's admin only
     ("POST", "/v1/webhooks"): Guarded("webhooks.create", ADMIN, 201),
     ("GET", "/v1/webhooks"): Guarded("webhooks.list", ADMIN, 200),
@@ -369,6 +380,7 @@ def _cell(
         "key": lambda: world.registered_key(target_tenant),
         "passkey": lambda: world.passkey(target_tenant),
         "token": lambda: world.token(target_tenant),
+        "grant": lambda: world.grant(target_tenant),
     }[kind]()
     missing = MISSING.get(kind, missing_draft_id)()
     param = path[path.index("{") + 1 : path.index("}")]
@@ -390,6 +402,7 @@ MISSING: dict[str, Callable[[], str]] = {
     "key": lambda: key_id_for(public_key_b64(generate_private_key())),
     "passkey": lambda: passkeys.key_id_for_credential(b64url(secrets.token_bytes(32))),
     "token": lambda: "tok_" + secrets.token_hex(8),
+    "grant": lambda: "grt_" + secrets.token_hex(16),
 }
 
 
@@ -399,11 +412,17 @@ def _body(world: World, cell: Cell, name: str) -> Any:
     fresh_key = lambda: public_key_b64(generate_private_key())  # noqa: E731
     if name == "passkey.enrolment":  # created for a challenge of the tenant's approver
         return {"credential": world.passkey_credential(cell.tenant)}
+    if name == "grants.create":  # an approver's own; anyone else's a stolen one
+        signer = cell.caller
+        if cell.role != "approver":
+            signer = world.tenants[cell.target_tenant].callers["approver"]
+        return grant_body(signer)
     return {
         "webhooks.create": lambda: {"url": WEBHOOK_URL, "events": ["draft.approved"]},
         "key.enrolment": lambda: {"public_key": fresh_key(), "label": "browser key"},
         "admin.enrolment_reject": lambda: {"reason": "not a key this approver made"},
         "admin.key_register": lambda: {"approver": "bob", "public_key": fresh_key()},
+        "grants.statement": lambda: {**GRANT_TERMS, "duration_seconds": 3_600},
         "admin.token_issue": lambda: {
             "subject": f"auditor-{secrets.token_hex(3)}",
             "role": "auditor",
@@ -693,6 +712,28 @@ def _ok_token_issued(world: World, cell: Cell, response: httpx.Response, before:
     assert issued["token"], "the secret is in this answer"
 
 
+def _ok_grants(world: World, cell: Cell, response: httpx.Response, before: State) -> None:
+    ids = [grant["grant_id"] for grant in response.json()["grants"]]
+    with Session(world.runtime.engine) as session:
+        tenants = set(session.scalars(select(Grant.tenant).where(col(Grant.id).in_(ids))).all())
+    assert tenants <= {cell.caller.tenant}, f"grants of {tenants} listed"
+
+
+def _ok_grant_statement(world: World, cell: Cell, response: httpx.Response, before: State) -> None:
+    statement = response.json()["statement"]
+    assert (statement["tenant"], statement["approver"]) == (cell.caller.tenant, cell.caller.subject)
+
+
+def _ok_grant_created(world: World, cell: Cell, response: httpx.Response, before: State) -> None:
+    created = response.json()
+    assert (created["approver"], created["status"]) == (cell.caller.subject, "active")
+
+
+def _ok_grant_revoked(world: World, cell: Cell, response: httpx.Response, before: State) -> None:
+    revoked = response.json()
+    assert (revoked["grant_id"], revoked["status"]) == (cell.target, "revoked")
+
+
 SUCCESS: dict[str, Callable[[World, Cell, httpx.Response, State], None]] = {
     "drafts.list": _ok_queue,
     "drafts.read": _ok_draft,
@@ -723,6 +764,10 @@ SUCCESS: dict[str, Callable[[World, Cell, httpx.Response, State], None]] = {
     "admin.tokens": _ok_tokens,
     "admin.token_issue": _ok_token_issued,
     "admin.token_revoke": _ok_revoked,
+    "grants.list": _ok_grants,
+    "grants.statement": _ok_grant_statement,
+    "grants.create": _ok_grant_created,
+    "grants.revoke": _ok_grant_revoked,
 }
 
 
@@ -1425,7 +1470,10 @@ def test_a_method_or_path_the_api_does_not_serve_answers_a_problem(runtime, worl
                 path.format(
                     execution_id=missing_execution_id(),
                     trace_id=new_trace_id(),
-                    **{f"{kind}_id": MISSING[kind]() for kind in ("enrolment", "key", "token")},
+                    **{
+                        f"{kind}_id": MISSING[kind]()
+                        for kind in ("enrolment", "key", "token", "grant")
+                    },
                     endpoint_id=MISSING["webhook"](),
                 ),
                 headers=agent.headers,

@@ -45,6 +45,7 @@ from schemathesis.specs.openapi.checks import (
 
 from service.api.app import create_app
 from service.audit import checkpoints
+from service.config import DEMO_POLICIES
 from service.db import session_scope
 from service.keys import actions as keys
 from service.keys import enrolments
@@ -57,7 +58,7 @@ from service.validation import parse
 from service.webhooks import actions as webhooks
 from tests.security.fuzz_support import SCALE, fuzz_settings
 from tests.security.helpers import agent
-from tests.support.core import approve_in_core, request_execution_in_core
+from tests.support.core import approve_in_core, grant_in_core, request_execution_in_core
 
 pytestmark = [pytest.mark.full, pytest.mark.timeout(300 * SCALE)]
 
@@ -111,6 +112,10 @@ SERVED = {
     "admin_tokens": ADMINS,
     "admin_token_issue": ADMINS,
     "admin_token_revoke": ADMINS,
+    "grants_list": REVIEWERS | ADMINS,
+    "grants_statement": APPROVERS,
+    "grants_create": APPROVERS,
+    "grants_revoke": APPROVERS | ADMINS,
 }
 PATH_IDS = (
     "draft_id",
@@ -120,6 +125,7 @@ PATH_IDS = (
     "enrolment_id",
     "key_id",
     "token_id",
+    "grant_id",
 )
 
 
@@ -130,7 +136,8 @@ def db_url(sqlite_url: str) -> str:
 
 @pytest.fixture
 def settings_overrides() -> dict[str, Any]:
-    return {"rate_limit_per_address": "", "rate_limit_per_token": ""}
+    # The demo's policies: refunds may be granted, so the grant routes answer.
+    return {"rate_limit_per_address": "", "rate_limit_per_token": "", "policies": DEMO_POLICIES}
 
 
 @dataclass
@@ -174,6 +181,10 @@ def world(runtime, demo) -> Iterator[World]:
     cancel = propose("propose_cancel_order", {"order_id": "ORD-1002", "reason": "customer_request"})
     approve_in_core(runtime, demo, approved)
     execution, _ = request_execution_in_core(runtime, demo, approved)
+    # a standing grant to aim at, covering drafts of an agent that proposes none
+    grant_id = grant_in_core(
+        runtime, demo, currency="USD", max_amount_minor=2_000, agent="no-such-agent"
+    )
     with session_scope(runtime.engine) as session:
         foreign = tokens.issue(
             session, tenant="acme", subject="mallory", role=Role.APPROVER, actor="test"
@@ -218,6 +229,7 @@ def world(runtime, demo) -> Iterator[World]:
         "enrolment_id": [enrolment.enrolment_id],
         "key_id": [key_id_for(bobs_key)],
         "token_id": [spare_id],
+        "grant_id": [grant_id],
     }
     yield World(create_app(runtime, publisher=lambda task, args: None), identities, real_ids)
     asgi.shutdown_lifespans()
@@ -316,6 +328,7 @@ def _made_up(key: str) -> str:
         "enrolment_id": "enr_" + secrets.token_hex(12),
         "key_id": key_id_for(public_key_b64(generate_private_key())),
         "token_id": "tok_" + secrets.token_hex(8),
+        "grant_id": "grt_" + secrets.token_hex(16),
     }[key]
 
 

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from harness.approvals import signed_decision
 from service.approvals import actions as approvals
-from service.approvals.schemas import ApprovalRequest, Decision
+from service.approvals.schemas import ApprovalRequest, Decision, signed_request
 from service.db import session_scope
 from service.drafts import repository as drafts_repository
 from service.executions import actions as executions
 from service.executions.models import Execution
+from service.grants import actions as grants
+from service.grants.schemas import GrantRequest, GrantTerms
 from service.runtime import Runtime
+from service.signing import key_id_for, load_private_key, public_key_b64
 from service.sql import utcnow
 from service.tokens import actions as tokens
 from service.validation import parse
@@ -84,3 +88,19 @@ def request_execution_in_core(
         return executions.request(
             session, principal, draft_id=draft_id, runtime=runtime, now=utcnow()
         )
+
+
+def grant_in_core(
+    runtime: Runtime, demo: dict[str, Any], approver: str = "alice", **terms: Any
+) -> str:
+    """Sign and record a standing grant of ``terms`` (GrantTerms) as ``approver``, through
+    the core; returns its id."""
+    with session_scope(runtime.engine) as session:
+        principal = tokens.authenticate(session, demo["tokens"][f"approver_{approver}"])
+        now = utcnow()
+        asked = parse(GrantTerms, {"action": "refund", "duration_seconds": 86_400, **terms})
+        offered = grants.to_sign(session, principal, asked, runtime=runtime, now=now)
+        key = load_private_key(Path(demo["approvers"][approver]["private_key_file"]))
+        statement = {**offered.statement, "key_id": key_id_for(public_key_b64(key))}
+        request = parse(GrantRequest, signed_request(statement, key))
+        return grants.create(session, principal, request, runtime=runtime, now=now).grant_id

@@ -91,5 +91,6 @@ def test_a_page_of_50_costs_the_statements_a_page_of_4_does(runtime, demo):
     assert many["inbox of an auditor: lines"] == 50
     for name in ("list", "inbox of an approver", "inbox of an auditor"):
         assert many[name] == few[name], (name, few, many)
-    # The page, the approvals, the keys (one query per scheme), the policy peers.
-    assert many["list"] <= 5, many
+    # The page, the approvals, the grants' uses (and, when there are some, their grants), the
+    # keys (one query per scheme), the policy peers.
+    assert many["list"] <= 6, many

@@ -75,7 +75,12 @@ class Grants:
     grants: tuple[Grant, ...]
 
     def load(
-        self, session: Session, drafts: Sequence[Draft], *, new: frozenset[str]
+        self,
+        session: Session,
+        rules: progress.Rules,
+        drafts: Sequence[Draft],
+        *,
+        new: frozenset[str],
     ) -> dict[str, list[progress.SignedDecision]]:
         return {
             draft.id: [
