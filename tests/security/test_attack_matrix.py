@@ -1553,7 +1553,7 @@ def test_one_valid_approval_replayed_eight_times_at_once_counts_once(runtime, wo
 # the browser to the sign-in form), the sign-in form itself, a JSON read, a JSON write (a
 # session, its CSRF token and the console's own origin), the sign-in and sign-out forms, and
 # the static files.
-PAGE, FORM, READ, WRITE, SIGN_IN, SIGN_OUT, EXPORT, STATIC = (
+PAGE, FORM, READ, WRITE, SIGN_IN, SIGN_OUT, EXPORT, FORM_POST, STATIC = (
     "page",
     "form",
     "read",
@@ -1561,6 +1561,7 @@ PAGE, FORM, READ, WRITE, SIGN_IN, SIGN_OUT, EXPORT, STATIC = (
     "sign_in",
     "sign_out",
     "export",  # a form post answered with a file (the audit export)
+    "form_post",  # a form post answered with a redirect (revoking a grant)
     "static",
 )
 CONSOLE_ROUTES: dict[tuple[str, str], str] = {
@@ -1584,6 +1585,10 @@ CONSOLE_ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/console/credentials/enrolments"): WRITE,
     ("POST", "/console/credentials/passkeys/options"): WRITE,
     ("POST", "/console/credentials/passkeys"): WRITE,
+    ("GET", "/console/grants"): PAGE,
+    ("POST", "/console/grants/statement"): WRITE,
+    ("POST", "/console/grants"): WRITE,
+    ("POST", "/console/grants/{grant_id}/revoke"): FORM_POST,
     ("MOUNT", "/console/static"): STATIC,
 }
 CONSOLE_ORIGIN = "http://127.0.0.1:8000"  # plain http to loopback: the cookie is not Secure-only
@@ -1648,6 +1653,10 @@ def _console_body(world: World, path: str, draft_id: str) -> Any:
         return signed_body(alice, world.draft_fields(draft_id))
     if path.endswith("/enrolments"):
         return {"public_key": public_key_b64(generate_private_key())}
+    if path.endswith("/grants/statement"):
+        return {**GRANT_TERMS, "duration_seconds": 3_600}
+    if path.endswith("/grants"):
+        return grant_body(world.tenants[DEMO].callers["approver"])
     return {}
 
 
@@ -1658,7 +1667,11 @@ def test_the_console_refuses_every_request_without_a_session_and_ignores_bearer_
     the sign-out are refused with a problem (never a 5xx); a bearer token of any role, sent
     with the same request, changes nothing of that answer, and nothing is recorded."""
     reads = reads_of(world, DEMO)
-    ids = {"draft_id": world.propose(DEMO)["draft_id"], "execution_id": reads.execution_id}
+    ids = {
+        "draft_id": world.propose(DEMO)["draft_id"],
+        "execution_id": reads.execution_id,
+        "grant_id": world.grant(DEMO),
+    }
     bearers = [None] + [world.caller(role, DEMO) for role in ("agent", "approver", "auditor")]
     bearers.append(world.caller("admin", DEMO))
     problems: list[str] = []
@@ -1669,7 +1682,7 @@ def test_the_console_refuses_every_request_without_a_session_and_ignores_bearer_
             for caller in bearers:
                 headers = {"Origin": CONSOLE_ORIGIN, **(caller.headers if caller else {})}
                 before = world.state()
-                if method == "POST" and kind in (SIGN_IN, SIGN_OUT, EXPORT):
+                if method == "POST" and kind in (SIGN_IN, SIGN_OUT, EXPORT, FORM_POST):
                     response = client.post(url, data={}, headers=headers)
                 else:
                     body = _console_body(world, path, ids["draft_id"]) if kind == WRITE else None
@@ -1695,7 +1708,7 @@ def test_the_console_refuses_every_request_without_a_session_and_ignores_bearer_
                     location = response.headers.get("location", "")
                     if (response.status_code, location) != (308, "/console/"):
                         problems.append(f"{label}: {response.status_code} {location!r}")
-                elif kind in (SIGN_OUT, EXPORT):  # a form: refused with the console's error page
+                elif kind in (SIGN_OUT, EXPORT, FORM_POST):  # a form: refused with an error page
                     if response.status_code not in (401, 403):
                         problems.append(f"{label}: {response.status_code} {response.text[:200]}")
                 elif kind == SIGN_IN:  # no token in the form: refused, nobody signed in

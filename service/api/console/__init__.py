@@ -11,7 +11,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from service.api.console import api, audit_pages, credentials, pages, streams
+from service.api.console import api, audit_pages, credentials, grant_pages, pages, streams
 from service.api.console.guard import ConsoleGuard
 from service.api.console.refusals import refuse_console_request
 from service.api.console.templating import STATIC_DIR
@@ -21,6 +21,7 @@ def install_console(app: FastAPI) -> None:
     """Add the console's routes, its static files and its guard to the API application."""
     app.include_router(pages.router)
     app.include_router(audit_pages.router)
+    app.include_router(grant_pages.router)
     app.include_router(api.router)
     app.include_router(streams.router)
     app.include_router(credentials.router)

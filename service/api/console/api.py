@@ -20,6 +20,7 @@ from service.api.console.deps import Caller, ReadUnit, Unit, Writer
 from service.api.deps import JsonBody, PublisherDep, RuntimeDep, TraceIdDep
 from service.api.errors import problem_response
 from service.api.routes import drafts as v1_drafts
+from service.api.routes import grants as v1_grants
 from service.drafts.schemas import DRAFT_ID_PATTERN
 from service.errors import invalid_argument
 from service.executions import review as executions_review
@@ -94,6 +95,28 @@ def execute(
         background=background,
     )
     return JSONResponse(accepted.model_dump(mode="json"), status_code=202, background=background)
+
+
+@router.post("/grants/statement", name="console.grant_statement")
+def grant_statement(
+    session: ReadUnit, runtime: RuntimeDep, caller: Writer, body: JsonBody
+) -> JSONResponse:
+    """The statement to sign for the terms asked, in words (POST /v1/grants/statement)."""
+    offered = v1_grants.grant_statement(
+        session=session, runtime=runtime, principal=caller.principal, body=body
+    )
+    return JSONResponse(offered.model_dump(mode="json"))
+
+
+@router.post("/grants", status_code=201, name="console.grant")
+def create_grant(
+    session: Unit, runtime: RuntimeDep, caller: Writer, trace_id: TraceIdDep, body: JsonBody
+) -> JSONResponse:
+    """A grant signed in the browser: the body of POST /v1/grants."""
+    created = v1_grants.create_grant(
+        session=session, runtime=runtime, principal=caller.principal, trace_id=trace_id, body=body
+    )
+    return JSONResponse(created.model_dump(mode="json"), status_code=201)
 
 
 @router.get("/executions/{execution_id}", name="console.execution.read")
