@@ -15,6 +15,7 @@ from service.api.errors import PROBLEM_JSON, install_error_handlers, problems, r
 from service.api.observability import TraceContext, observe
 from service.api.publisher import celery_publisher
 from service.api.routes import admin, audit, drafts, executions, health, me, metrics
+from service.api.routes.batches import router as batches_router
 from service.api.routes.grants import router as grants_router
 from service.api.routes.webhooks import router as webhooks_router
 from service.api.routes.well_known import ResourceChallenge, protected_resource_router
@@ -65,6 +66,7 @@ def create_app(runtime: Runtime | None = None, *, publisher: Publisher | None = 
     app.include_router(drafts.router)
     app.include_router(executions.router)
     app.include_router(grants_router)
+    app.include_router(batches_router)
     app.include_router(audit.router)
     app.include_router(metrics.router)
     app.include_router(webhooks_router)

@@ -7,6 +7,7 @@ Whether a decision completes or ends a draft is the progress owner's answer
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,7 +21,9 @@ from service.approvals.schemas import (
     SCHEME_WEBAUTHN,
     ApprovalRequest,
     ApprovalStatement,
+    BatchItem,
     Decision,
+    SignedRequest,
     build_statement,
 )
 from service.audit import actions as audit
@@ -105,15 +108,17 @@ def submit(
         settings=runtime.settings,
         now=now,
     )
-    draft = _lock_open_draft(session, principal, draft_id, statement.decision, now=now)
+    draft = lock_open_draft(session, principal, draft_id, statement.decision, now=now)
     check_contract(runtime, draft)
-    _check_binding(draft, statement)
+    check_binding(draft, statement)
     check_freshness(
         statement.issued_at, now=now, skew_seconds=runtime.settings.approval_clock_skew_seconds
     )
     rules = progress.Rules.of(runtime)
-    _check_signer(progress.of_draft(session, rules, draft), principal)
-    _record_decision(session, principal, draft, key, request, now=now, trace_id=trace_id)
+    check_signer(progress.of_draft(session, rules, draft), principal, statement.decision)
+    record_decision(
+        session, principal, draft, key, request, Signed.of(statement), now=now, trace_id=trace_id
+    )
     settle(session, rules, draft, actor=principal.actor, now=now, trace_id=trace_id)
     return draft
 
@@ -125,7 +130,7 @@ def check_contract(runtime: Runtime, draft: Draft) -> None:
         raise contract_changed(draft.action, draft.contract_version, action.contract_version)
 
 
-def _lock_open_draft(
+def lock_open_draft(
     session: Session, principal: Principal, draft_id: str, decision: Decision, *, now: datetime
 ) -> Draft:
     draft = drafts_repository.get(session, principal.tenant, draft_id, for_update=True)
@@ -138,25 +143,51 @@ def _lock_open_draft(
     return draft
 
 
-def _check_signer(standing: progress.ApprovalProgress, principal: Principal) -> None:
-    bar = standing.bar(principal.subject)
+def check_signer(
+    standing: progress.ApprovalProgress, principal: Principal, decision: Decision
+) -> None:
+    bar = standing.bar(principal.subject, decision)
     if bar is progress.Bar.PROPOSER:
         raise errors.self_approval()
     if bar is progress.Bar.ALREADY_SIGNED:
         raise errors.already_signed(standing.revision)
 
 
-def _record_decision(
+@dataclass(frozen=True)
+class Signed:
+    """What one signed decision on one draft says: the statement as signed (an approval's,
+    or a batch's that names the draft among others) and what it decides."""
+
+    statement: dict[str, Any]
+    decision: Decision
+    reason: str | None
+    params_sha256: str
+    issued_at: str
+    batch_id: str | None = None
+
+    @classmethod
+    def of(cls, statement: ApprovalStatement) -> Signed:
+        return cls(
+            statement.signed_value(),
+            statement.decision,
+            statement.reason,
+            statement.params_sha256,
+            statement.issued_at,
+        )
+
+
+def record_decision(
     session: Session,
     principal: Principal,
     draft: Draft,
     key: Credential,
-    request: ApprovalRequest,
+    request: SignedRequest,
+    signed: Signed,
     *,
     now: datetime,
     trace_id: str | None,
 ) -> Approval:
-    statement = request.statement
+    """Store one verified decision on the draft's current revision, and audit it."""
     webauthn = request.webauthn
     approval = Approval(
         id="apv_" + secrets.token_hex(12),
@@ -165,10 +196,10 @@ def _record_decision(
         revision=draft.revision,
         approver=principal.subject,
         key_id=key.key_id,
-        decision=statement.decision,
-        reason=statement.reason,
-        params_sha256=statement.params_sha256,
-        statement=statement.signed_value(),
+        decision=signed.decision,
+        reason=signed.reason,
+        params_sha256=signed.params_sha256,
+        statement=signed.statement,
         signature=webauthn.signature if webauthn else str(request.signature),
         scheme=SCHEME_WEBAUTHN if webauthn else SCHEME_ED25519,
         authenticator_data=webauthn.authenticator_data if webauthn else None,
@@ -181,7 +212,7 @@ def _record_decision(
         session,
         tenant=draft.tenant,
         actor=principal.actor,
-        type=APPROVAL_EVENT[statement.decision],
+        type=APPROVAL_EVENT[signed.decision],
         draft_id=draft.id,
         trace_id=trace_id,
         data={
@@ -189,9 +220,10 @@ def _record_decision(
             "revision": draft.revision,
             "key_id": key.key_id,
             "scheme": approval.scheme,
-            "params_sha256": statement.params_sha256,
-            "issued_at": statement.issued_at,
-            "reason": statement.reason,
+            "params_sha256": signed.params_sha256,
+            "issued_at": signed.issued_at,
+            "reason": signed.reason,
+            **({"batch_id": signed.batch_id} if signed.batch_id else {}),
             **({"sign_count": key.sign_count} if isinstance(key, ApproverPasskey) else {}),
         },
     )
@@ -248,7 +280,7 @@ def check_signer_identity(principal: Principal, *, tenant: str, approver: str) -
         raise errors.approver_mismatch()
 
 
-def _check_binding(draft: Draft, statement: ApprovalStatement) -> None:
+def check_binding(draft: Draft, statement: ApprovalStatement | BatchItem) -> None:
     if statement.revision != draft.revision:
         raise errors.stale_revision(statement.revision, draft.revision)
     digest = params_sha256(draft.params)

@@ -187,3 +187,21 @@ def assertion_refused(check: str, message: str) -> DomainError:
     another credential, a bad signature) is SIGNATURE_INVALID, as for an Ed25519 key."""
     code = _ASSERTION_CODES.get(check, SIGNATURE_INVALID)
     return code(message, details={"check": check})
+
+
+BATCH_REFUSED = ErrorCode(
+    "BATCH_REFUSED",
+    Category.CONFLICT,
+    "A batch approval was refused as a whole: at least one of its drafts no longer matches "
+    "what was signed (revised, expired, decided, not yours to sign), or its totals do not add "
+    "up; `details.items` names each item and why. Nothing of the batch was recorded.",
+    "Fetch the batch statement again for the drafts still open, review it, and sign that.",
+)
+
+
+def batch_refused(problems: list[dict[str, str | None]], size: int) -> DomainError:
+    named = "; ".join(f"{p['draft_id'] or 'the totals'}: {p['message']}" for p in problems[:10])
+    return BATCH_REFUSED(
+        f"Nothing was approved: {len(problems)} of the batch's {size} items do not hold ({named}).",
+        details={"items": problems},
+    )

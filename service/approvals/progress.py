@@ -26,7 +26,7 @@ from sqlmodel import Session
 
 from service.approvals import errors, repository, signatures
 from service.approvals.models import Approval
-from service.approvals.schemas import STATEMENT_TYPE, Decision
+from service.approvals.schemas import BATCH_STATEMENT_TYPE, STATEMENT_TYPE, Decision
 from service.approvals.signed import Proof, Rules, SignedDecision, Source
 from service.canonical import canonical_json, params_sha256
 from service.drafts.models import Draft
@@ -141,11 +141,15 @@ class ApprovalProgress:
     def verdict(self, reference: str) -> Verdict | None:
         return next((v for v in self.verdicts if v.signed.reference == reference), None)
 
-    def bar(self, subject: str) -> Bar | None:
-        """Why ``subject`` may not sign the current revision now, or None."""
+    def bar(self, subject: str, decision: Decision = Decision.APPROVE) -> Bar | None:
+        """Why ``subject`` may not sign ``decision`` on the current revision now, or None. A
+        standing grant's approval of a draft never keeps its approver from rejecting it."""
         if subject in self.proposers:
             return Bar.PROPOSER
-        if any(v.signed.approver == subject for v in self.current):
+        signed = [v for v in self.current if v.signed.approver == subject]
+        if decision is Decision.REJECT:
+            signed = [v for v in signed if v.signed.grant_id is None]
+        if signed:
             return Bar.ALREADY_SIGNED
         return None
 
@@ -310,30 +314,51 @@ class StoredProof:
 
     def binding_problem(self, draft: Draft, digest: str) -> str | None:
         approval = self.approval
-        expected = {
-            "type": STATEMENT_TYPE,
-            "tenant": draft.tenant,
-            "draft_id": draft.id,
+        statement = approval.statement
+        binds = {
             "revision": draft.revision,
             "action": draft.action,
             "contract_version": draft.contract_version,
             "params_sha256": digest,
             "source_revision": draft.source_revision,
+        }
+        signer = {
+            "tenant": draft.tenant,
             "approver": approval.approver,
             "key_id": approval.key_id,
+        }
+        if statement.get("type") == BATCH_STATEMENT_TYPE:
+            # A batch approves each draft it names once; the item binds it as an approval
+            # statement would, the statement's top the signer.
+            items = [
+                item
+                for item in statement.get("items") or []
+                if isinstance(item, dict) and item.get("draft_id") == draft.id
+            ]
+            if len(items) != 1 or approval.decision is not Decision.APPROVE:
+                return "the batch statement does not approve the draft exactly once"
+            return _mismatch({**signer, "type": BATCH_STATEMENT_TYPE}, statement) or _mismatch(
+                binds, items[0]
+            )
+        expected = {
+            **signer,
+            **binds,
+            "type": STATEMENT_TYPE,
+            "draft_id": draft.id,
             "decision": approval.decision.value,
         }
-        statement = approval.statement
-        mismatched = sorted(
-            name for name, value in expected.items() if statement.get(name) != value
-        )
-        if mismatched:
-            return "statement does not match the stored draft: " + ", ".join(mismatched)
-        return None
+        return _mismatch(expected, statement)
 
     def signature_problem(self, key: Credential, party: RelyingParty) -> str | None:
         signed = canonical_json(self.approval.statement)
         return signatures.problem(self.approval, key, signed, party)
+
+
+def _mismatch(expected: Mapping[str, object], signed: Mapping[str, object]) -> str | None:
+    mismatched = sorted(name for name, value in expected.items() if signed.get(name) != value)
+    if mismatched:
+        return "statement does not match the stored draft: " + ", ".join(mismatched)
+    return None
 
 
 class StoredApprovals:

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from service.canonical import canonical_json
+from service.canonical import canonical_json, sha256_hex
+from service.money import AmountView
 from service.signing import sign
 from service.validation import SignedText, StrictInput
 
@@ -89,6 +90,67 @@ class ApprovalStatement(SignedStatement):
         return self
 
 
+BATCH_STATEMENT_TYPE = "draftgate.batch.v1"
+MAX_BATCH = 50
+DRAFT_ID = r"^dft_[0-9a-f]{32}$"
+
+
+class BatchItem(SignedStatement):
+    """One draft of a batch, exactly as it binds: the same members as an approval statement's."""
+
+    draft_id: str = Field(pattern=DRAFT_ID)
+    revision: int = Field(ge=1, le=1_000_000)
+    action: str = Field(min_length=1, max_length=64)
+    contract_version: int = Field(ge=1, le=1_000_000)
+    params_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    source_revision: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._:@+=/-]{1,128}$")
+
+
+class BatchTotal(SignedStatement):
+    """What the batch's drafts move in one currency, added up (minor units)."""
+
+    currency: str = Field(pattern=r"^[A-Z]{3}$")
+    amount_minor: int = Field(ge=0, le=2**53 - 1)
+
+
+class BatchStatement(SignedStatement):
+    """Exactly the JSON object an approver signs to approve several drafts at once
+    (docs/approvals.md, "Batch approval"); JCS(statement) are the signed bytes."""
+
+    type: Literal["draftgate.batch.v1"]
+    tenant: str = Field(min_length=1, max_length=64)
+    approver: str = Field(min_length=1, max_length=128)
+    key_id: str = Field(min_length=1, max_length=64)
+    issued_at: str = Field(pattern=ISSUED_AT_PATTERN)
+    items: list[BatchItem] = Field(min_length=1, max_length=MAX_BATCH)
+    totals: list[BatchTotal] = Field(max_length=MAX_BATCH)
+
+    _real_moment = field_validator("issued_at")(real_moment)
+
+    @model_validator(mode="after")
+    def _each_once(self) -> BatchStatement:
+        ids = [item.draft_id for item in self.items]
+        if len(set(ids)) != len(ids):
+            raise ValueError("a batch names each draft once")
+        currencies = [total.currency for total in self.totals]
+        if len(set(currencies)) != len(currencies):
+            raise ValueError("a batch gives one total per currency")
+        return self
+
+    @property
+    def batch_id(self) -> str:
+        """``bat_`` and the first 32 hex digits of SHA-256(JCS(statement))."""
+        return "bat_" + sha256_hex(canonical_json(self.signed_value()))[:32]
+
+
+class BatchAsk(StrictInput):
+    """Body of POST /v1/approvals/batch/statement: the drafts to approve together."""
+
+    draft_ids: list[Annotated[str, Field(pattern=DRAFT_ID)]] = Field(
+        min_length=1, max_length=MAX_BATCH
+    )
+
+
 B64URL = r"^[A-Za-z0-9_-]+$"
 
 
@@ -128,6 +190,13 @@ class ApprovalRequest(SignedRequest):
     ``signature`` or a passkey's ``webauthn`` assertion."""
 
     statement: ApprovalStatement
+
+
+class BatchRequest(SignedRequest):
+    """Body of POST /v1/approvals/batch: the batch statement and exactly one of its Ed25519
+    ``signature`` or a passkey's ``webauthn`` assertion."""
+
+    statement: BatchStatement
 
 
 def build_statement(
@@ -199,3 +268,43 @@ def signed_request(statement: dict[str, Any], key: Ed25519PrivateKey) -> dict[st
     """The body of ``POST /v1/drafts/{id}/approvals``: the statement and its signature
     over JCS(statement)."""
     return {"statement": statement, "signature": sign(key, canonical_json(statement))}
+
+
+class BatchItemView(BaseModel):
+    """One draft of a batch as the approver reads it before signing."""
+
+    model_config = ConfigDict(frozen=True)
+
+    draft_id: str
+    revision: int
+    action: str
+    summary: str
+    amount: AmountView | None
+
+
+class BatchToSign(BaseModel):
+    """The batch statement to sign for the drafts asked, and what each of them is."""
+
+    model_config = ConfigDict(frozen=True)
+
+    statement: dict[str, Any]
+    items: list[BatchItemView]
+    totals: list[AmountView]
+
+
+class BatchDraftResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    draft_id: str
+    status: str
+    approvals_received: int
+    approvals_required: int
+
+
+class BatchResult(BaseModel):
+    """What a recorded batch did: one approval per draft, and where each draft stands."""
+
+    model_config = ConfigDict(frozen=True)
+
+    batch_id: str
+    drafts: list[BatchDraftResult]

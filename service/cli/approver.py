@@ -16,6 +16,7 @@ import typer
 from service.approvals.schemas import Decision, signed_request, statement_for
 from service.canonical import canonical_json, params_sha256
 from service.cli import passphrase
+from service.cli.batch import approve_batch
 from service.cli.client import ApiClient, ApiProblem, ApiUrlOption, TokenOption
 from service.cli.common import JsonOption, echo, echo_text, fail, print_json, print_table
 from service.cli.passphrase import unlock
@@ -113,8 +114,18 @@ POLL_SECONDS = 0.2
 
 
 def approve(
-    draft_id: str,
+    draft_ids: Annotated[
+        list[str], typer.Argument(help="The draft; with --batch, several.", metavar="DRAFT_ID…")
+    ],
     key: KeyOption,
+    batch: Annotated[
+        bool,
+        typer.Option(
+            "--batch",
+            help="Sign one approval of all the drafts named, with their totals (all or "
+            "nothing: if one no longer matches, none counts).",
+        ),
+    ] = False,
     execute: Annotated[
         bool, typer.Option("--execute", help="Request execution once approved.")
     ] = False,
@@ -126,6 +137,21 @@ def approve(
 ) -> None:
     """Sign an approval of the draft's current revision (after checking what you sign)."""
     api = ApiClient.from_options(api_url, token)
+    if batch:
+        result = approve_batch(api, draft_ids, key, yes=yes, confirm=confirm, call=checked_call)
+        for item in result["drafts"]:
+            echo(
+                f"approved {item['draft_id']}: draft is {item['status']} "
+                f"({item['approvals_received']} of {item['approvals_required']} approvals)"
+            )
+        if execute:
+            for item in result["drafts"]:
+                if item["status"] == "approved":
+                    _request_execution(api, item["draft_id"], wait=timeout if wait else None)
+        return
+    if len(draft_ids) != 1:
+        fail("name one draft, or several with --batch")
+    draft_id = draft_ids[0]
     draft = _decide(api, draft_id, key, Decision.APPROVE, reason=None, yes=yes)
     echo(
         f"approved revision {draft['revision']}: draft is {draft['status']} "

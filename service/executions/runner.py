@@ -70,8 +70,10 @@ class Claim:
     params: dict[str, Any]
     proposer: Principal
     trace_id: str | None
-    # The source revision the approvals bind (None: the action declares no source).
+    # The source revision the approvals bind (None: the action declares no source), and the
+    # source the draft names (a grant's scope is checked against it).
     source_revision: str | None = None
+    source_ref: str | None = None
     # Taken over after the attempt limit: only record a change already made, never make one.
     recovery_only: bool = False
 
@@ -187,6 +189,7 @@ def _claim_of(
         proposer=as_proposer(draft, token_id=f"execution:{execution.id}"),
         trace_id=execution.trace_id,
         source_revision=draft.source_revision,
+        source_ref=draft.source_ref,
         recovery_only=recovery_only
         and execution.attempts > runtime.settings.execution_max_attempts,
     )
@@ -256,6 +259,14 @@ def _apply(runtime: Runtime, claim: Claim) -> Outcome:
         source = None
         if claim.source_revision is not None:
             source = action.source(ctx, params, lock=True)
+            if source is not None and source.ref != claim.source_ref:
+                # The params name another record than the draft's source column: a row
+                # edited around draftgate (a grant's source scope reads that column).
+                raise errors.APPROVALS_UNVERIFIED(
+                    f"The params change {source.ref}, but the draft names "
+                    f"{claim.source_ref or 'no source'}; nothing was executed.",
+                    details={"security": True},
+                )
         done = action.applied(ctx, claim.idempotency_key)
         if done is not None:
             return done

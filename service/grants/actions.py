@@ -50,6 +50,7 @@ def to_sign(
     principal.require(Role.APPROVER)
     rules = _grant_rules(runtime, asked.action)
     start = moment(asked.not_before) if asked.not_before else now
+    _check_start(start, now, rules)
     statement: dict[str, Any] = {
         **asked.model_dump(exclude_none=True, exclude={"duration_seconds", "not_before"}),
         "type": GRANT_STATEMENT_TYPE,
@@ -149,6 +150,7 @@ def _check_terms(runtime: Runtime, statement: GrantStatement, now: datetime) -> 
     problem = terms.duration_problem(statement, rules.max_seconds)
     if problem:
         raise errors.grant_too_long(problem)
+    _check_start(statement.window[0], now, rules)
     if statement.window[1] <= now:
         raise errors.grant_expired(statement.expires_at)
     approvals.check_freshness(
@@ -217,7 +219,8 @@ def cover(
     if stored.status is not DraftStatus.PROPOSED:
         return stored, False
     for grant in repository.standing(session, stored.tenant, stored.action, now):
-        repository.add_use(session, _use(grant, stored, amount, now))
+        spent = repository.uses_of_grants(session, [grant.id])[grant.id]  # under its lock
+        repository.add_use(session, _use(grant, stored, amount, now, after=spent))
         verdict = progress.of_draft(session, rules, stored).verdict(grant.id)
         if verdict is not None and verdict.counts:
             _record_granted(session, grant, stored, amount, trace_id=trace_id)
@@ -234,16 +237,22 @@ def cover(
     return stored, False
 
 
-def _use(grant: Grant, draft: Draft, amount: Money | None, now: datetime) -> GrantUse:
+def _use(
+    grant: Grant, draft: Draft, amount: Money | None, now: datetime, *, after: list[GrantUse]
+) -> GrantUse:
+    """The grant's next use: after every use it has (``after``, read under the grant's lock),
+    in order and in time, whatever this request's clock says."""
+    last = after[-1] if after else None
     return GrantUse(
         draft_id=draft.id,
         grant_id=grant.id,
+        seq=last.seq + 1 if last else 1,
         tenant=draft.tenant,
         revision=draft.revision,
         params_sha256=draft.params_sha256,
         amount_minor=amount.amount_minor if amount else None,
         currency=amount.currency if amount else None,
-        created_at=now,
+        created_at=max(now, last.created_at) if last else now,
     )
 
 
@@ -268,6 +277,13 @@ def _record_granted(
             "currency": amount.currency if amount else None,
         },
     )
+
+
+def _check_start(start: datetime, now: datetime, rules: GrantRules) -> None:
+    """A grant starts within as long from now as it may stand: one signed for a far future
+    would wait, signed and forgotten, for a day nobody reviews it again."""
+    if start - now > timedelta(seconds=rules.max_seconds):
+        raise errors.grant_too_long("it would start later than the longest it may stand")
 
 
 def _grant_rules(runtime: Runtime, action: str) -> GrantRules:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Column, Index, String, Text
+from sqlalchemy import JSON, Column, Index, String, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from service.sql import BigInt, UTCDateTime
@@ -42,10 +42,14 @@ class GrantUse(SQLModel, table=True):
     so two standing grants never approve a draft between them without a person signing."""
 
     __tablename__ = "grant_uses"
-    __table_args__ = (Index("ix_grant_uses_grant", "grant_id", "created_at"),)
+    __table_args__ = (UniqueConstraint("grant_id", "seq", name="uq_grant_uses_grant_seq"),)
 
     draft_id: str = Field(primary_key=True, foreign_key="drafts.id", max_length=40)
     grant_id: str = Field(foreign_key="grants.id", max_length=40)
+    # The use's place among its grant's uses, given under the grant's row lock: the caps
+    # count the uses before it in this order (not by clock, which concurrent requests and
+    # hosts do not share).
+    seq: int
     tenant: str = Field(max_length=64)
     revision: int
     params_sha256: str = Field(max_length=64)

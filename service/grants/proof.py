@@ -20,6 +20,7 @@ from service.grants.models import Grant, GrantUse
 from service.grants.schemas import GrantStatement, grant_id_of
 from service.keys.assertions import RelyingParty
 from service.keys.repository import Credential
+from service.sql import utcnow
 
 REVOKED = "the grant was revoked"
 
@@ -66,6 +67,7 @@ class GrantProof:
         return (
             terms.duration_problem(statement, policy.grants.max_seconds)
             or terms.window_problem(statement, use.created_at)
+            or terms.expired_problem(statement, utcnow())
             or terms.fit_problem(statement, draft, amount)
             or terms.cap_problem(
                 statement, self.earlier, use.created_at, amount.amount_minor if amount else None
@@ -95,11 +97,8 @@ class GrantedApprovals:
 
 def granted(grant: Grant, use: GrantUse, uses: list[GrantUse], rules: Rules) -> SignedDecision:
     """The grant's approval of the revision ``use`` covered; ``uses``: all the grant's uses."""
-    rank = (use.created_at, use.draft_id)
     earlier = tuple(
-        terms.Spent(other.created_at, other.amount_minor)
-        for other in uses
-        if (other.created_at, other.draft_id) < rank
+        terms.Spent(other.created_at, other.amount_minor) for other in uses if other.seq < use.seq
     )
     return SignedDecision(
         reference=grant.id,

@@ -61,14 +61,14 @@ def uses_of_drafts(session: Session, draft_ids: Collection[str]) -> dict[str, Gr
 
 
 def uses_of_grants(session: Session, grant_ids: Collection[str]) -> dict[str, list[GrantUse]]:
-    """Every use of each grant, in the order they were made."""
+    """Every use of each grant, in the order they were given (``seq``)."""
     found: dict[str, list[GrantUse]] = {grant_id: [] for grant_id in grant_ids}
     if not found:
         return found
     statement = (
         select(GrantUse)
         .where(col(GrantUse.grant_id).in_(sorted(found)))
-        .order_by(col(GrantUse.created_at), col(GrantUse.draft_id))
+        .order_by(col(GrantUse.seq))
     )
     for use in session.exec(statement).all():
         found[use.grant_id].append(use)

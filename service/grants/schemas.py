@@ -115,6 +115,8 @@ class GrantStatement(SignedStatement, GrantLimits):
             parts.append(f"at most {cap} {per(self.cap_window_seconds)}")
         if self.max_uses is not None:
             parts.append(f"at most {self.max_uses} draft{'s' if self.max_uses > 1 else ''}")
+        if self.cap_minor is None and self.max_uses is None:
+            parts.append("no limit on how many")
         if self.source_ref is not None:
             parts.append(f"only on {self.source_ref}")
         if self.agent is not None:

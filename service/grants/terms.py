@@ -51,6 +51,12 @@ def window_problem(statement: GrantStatement, at: datetime) -> str | None:
     return None
 
 
+def expired_problem(statement: GrantStatement, now: datetime) -> str | None:
+    """Why the grant no longer counts at ``now``: it covers a draft only while it stands, so
+    a draft it covered that has not run when it expires needs a person's signature."""
+    return "the grant has expired" if now >= statement.window[1] else None
+
+
 def cap_problem(
     statement: GrantStatement, earlier: Sequence[Spent], at: datetime, amount_minor: int | None
 ) -> str | None:

@@ -11,6 +11,7 @@ from typing import Any
 from sqlmodel import Session
 
 from service.approvals import progress
+from service.approvals.schemas import Decision
 from service.audit import repository as audit_repository
 from service.audit.traces import describe
 from service.drafts import repository as drafts_repository
@@ -91,7 +92,7 @@ def card(
         stored_sha256=detail.params_sha256,
         stored_amount=detail.amount,
     )
-    approve_blocked = _blocked(principal, detail, standing, DraftStatus.PROPOSED)
+    approve_blocked = _blocked(principal, detail, standing, Decision.APPROVE, DraftStatus.PROPOSED)
     if signed.problem is not None and approve_blocked is None:
         approve_blocked = f"the stored draft does not match its params: {signed.problem}"
     revisions = drafts_repository.revisions(session, draft_id)
@@ -114,7 +115,7 @@ def card(
         progress=standing,
         approve_blocked=approve_blocked,
         reject_blocked=_blocked(
-            principal, detail, standing, DraftStatus.PROPOSED, DraftStatus.APPROVED
+            principal, detail, standing, Decision.REJECT, DraftStatus.PROPOSED, DraftStatus.APPROVED
         ),
         policy=policy_words(principal, detail, standing),
     )
@@ -152,13 +153,14 @@ def _blocked(
     principal: Principal,
     detail: DraftDetail,
     standing: progress.ApprovalProgress,
+    decision: Decision,
     *open_in: DraftStatus,
 ) -> str | None:
     if principal.role is not Role.APPROVER:
         return "only approvers decide drafts"
     if detail.status not in open_in:
         return WHERE_IT_STANDS[detail.status]
-    match standing.bar(principal.subject):
+    match standing.bar(principal.subject, decision):
         case progress.Bar.PROPOSER:
             return "you proposed this draft (maker and checker must differ)"
         case progress.Bar.ALREADY_SIGNED:

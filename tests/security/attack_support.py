@@ -31,7 +31,13 @@ from mcp_adapter.tools import ToolDoor
 from service.api.app import create_app
 from service.approvals import actions as approvals
 from service.approvals.models import Approval
-from service.approvals.schemas import ApprovalRequest, Decision, build_statement, signed_request
+from service.approvals.schemas import (
+    BATCH_STATEMENT_TYPE,
+    ApprovalRequest,
+    Decision,
+    build_statement,
+    signed_request,
+)
 from service.audit.models import AuditEvent
 from service.canonical import canonical_json
 from service.config import DEMO_POLICIES, Settings
@@ -516,6 +522,34 @@ def signed_body(
         reason=reason,
     )
     statement.update(overrides)
+    return signed_request(statement, load_private_key(caller.key_file))
+
+
+def batch_body(world: World, caller: Caller, *draft_ids: str) -> dict[str, Any]:
+    """A batch statement ``caller`` signs over the drafts as they stand (their totals added
+    up from the stored amounts, which the proposals just wrote)."""
+    assert caller.key_file is not None, caller
+    items, totals = [], {}
+    for draft_id in draft_ids:
+        fields = world.draft_fields(draft_id)
+        item = {k: fields[k] for k in ("revision", "action", "contract_version", "params_sha256")}
+        if fields.get("source_revision"):
+            item["source_revision"] = fields["source_revision"]
+        items.append({"draft_id": draft_id, **item})
+        with Session(world.runtime.engine) as session:
+            draft = session.get(Draft, draft_id)
+            assert draft is not None
+            assert draft.currency is not None
+            totals[draft.currency] = totals.get(draft.currency, 0) + (draft.amount_minor or 0)
+    statement = {
+        "type": BATCH_STATEMENT_TYPE,
+        "tenant": caller.tenant,
+        "approver": caller.subject,
+        "key_id": caller.key_id,
+        "issued_at": rfc3339_seconds(utcnow()),
+        "items": items,
+        "totals": [{"currency": c, "amount_minor": m} for c, m in sorted(totals.items())],
+    }
     return signed_request(statement, load_private_key(caller.key_file))
 
 

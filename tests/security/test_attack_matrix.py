@@ -84,6 +84,7 @@ from tests.security.attack_support import (
     State,
     World,
     api_client,
+    batch_body,
     escaped_json,
     flip_bit,
     grant_body,
@@ -169,6 +170,9 @@ EXPECTED: dict[tuple[str, str], Public | Guarded] = {
     ("GET", "/v1/audit/verify"): Guarded("audit.verify", AUDITOR, 200),
     ("GET", "/v1/audit/checkpoints"): Guarded("audit.checkpoints", AUDITOR, 200),
     ("GET", "/v1/traces/{trace_id}"): Guarded("trace", AUDITOR, 200, "trace", "TRACE_UNAVAILABLE"),
+    # batch approval (docs/approvals.md): approvers sign one statement over several drafts
+    ("POST", "/v1/approvals/batch/statement"): Guarded("approvals.batch_statement", APPROVER, 200),
+    ("POST", "/v1/approvals/batch"): Guarded("approvals.batch", APPROVER, 201),
     # standing grants (docs/approvals.md): approvers sign them; they, auditors and admins list
     # them; their approver or an admin revokes one
     ("GET", "/v1/grants"): Guarded("grants.list", REVIEWER | ADMIN, 200),
@@ -412,6 +416,14 @@ def _body(world: World, cell: Cell, name: str) -> Any:
     fresh_key = lambda: public_key_b64(generate_private_key())  # noqa: E731
     if name == "passkey.enrolment":  # created for a challenge of the tenant's approver
         return {"credential": world.passkey_credential(cell.tenant)}
+    if name in ("approvals.batch_statement", "approvals.batch"):  # a fresh draft of the tenant
+        signer = cell.caller
+        if cell.role != "approver":
+            signer = world.tenants[cell.target_tenant].callers["approver"]
+        draft_id = world.propose(str(signer.tenant))["draft_id"]
+        if name == "approvals.batch_statement":
+            return {"draft_ids": [draft_id]}
+        return batch_body(world, signer, draft_id)
     if name == "grants.create":  # an approver's own; anyone else's a stolen one
         signer = cell.caller
         if cell.role != "approver":
@@ -557,7 +569,11 @@ def _check_allowed(
         after.executions - before.executions,
     )
     expected_change = {"approval": "approved", "execution": "queued"}.get(expectation.name)
-    if expected_change is None:
+    if expectation.name == "approvals.batch":  # the one draft of the batch, approved
+        assert [after.drafts[d][0] for d in changed] == ["approved"], _diff(before, after)
+        assert len(new_approvals) == 1, _diff(before, after)
+        assert not new_executions, _diff(before, after)
+    elif expected_change is None:
         assert not changed, _diff(before, after)
         assert not new_approvals, _diff(before, after)
         assert not new_executions, _diff(before, after)
@@ -712,6 +728,15 @@ def _ok_token_issued(world: World, cell: Cell, response: httpx.Response, before:
     assert issued["token"], "the secret is in this answer"
 
 
+def _ok_batch_statement(world: World, cell: Cell, response: httpx.Response, before: State) -> None:
+    statement = response.json()["statement"]
+    assert (statement["tenant"], statement["approver"]) == (cell.caller.tenant, cell.caller.subject)
+
+
+def _ok_batch(world: World, cell: Cell, response: httpx.Response, before: State) -> None:
+    assert [d["status"] for d in response.json()["drafts"]] == ["approved"]
+
+
 def _ok_grants(world: World, cell: Cell, response: httpx.Response, before: State) -> None:
     ids = [grant["grant_id"] for grant in response.json()["grants"]]
     with Session(world.runtime.engine) as session:
@@ -764,6 +789,8 @@ SUCCESS: dict[str, Callable[[World, Cell, httpx.Response, State], None]] = {
     "admin.tokens": _ok_tokens,
     "admin.token_issue": _ok_token_issued,
     "admin.token_revoke": _ok_revoked,
+    "approvals.batch_statement": _ok_batch_statement,
+    "approvals.batch": _ok_batch,
     "grants.list": _ok_grants,
     "grants.statement": _ok_grant_statement,
     "grants.create": _ok_grant_created,

@@ -112,6 +112,8 @@ SERVED = {
     "admin_tokens": ADMINS,
     "admin_token_issue": ADMINS,
     "admin_token_revoke": ADMINS,
+    "approvals_batch_statement": APPROVERS,
+    "approvals_batch": APPROVERS,
     "grants_list": REVIEWERS | ADMINS,
     "grants_statement": APPROVERS,
     "grants_create": APPROVERS,

@@ -44,18 +44,18 @@ def upgrade() -> None:
             "draft_id", sa.String(length=40), sa.ForeignKey("drafts.id"), primary_key=True
         ),
         sa.Column("grant_id", sa.String(length=40), sa.ForeignKey("grants.id"), nullable=False),
+        sa.Column("seq", sa.Integer(), nullable=False),
         sa.Column("tenant", sa.String(length=64), nullable=False),
         sa.Column("revision", sa.Integer(), nullable=False),
         sa.Column("params_sha256", sa.String(length=64), nullable=False),
         sa.Column("amount_minor", BigInt, nullable=True),
         sa.Column("currency", sa.String(length=3), nullable=True),
         sa.Column("created_at", UTCDateTime(), nullable=False),
+        sa.UniqueConstraint("grant_id", "seq", name="uq_grant_uses_grant_seq"),
     )
-    op.create_index("ix_grant_uses_grant", "grant_uses", ["grant_id", "created_at"])
 
 
 def downgrade() -> None:
-    op.drop_index("ix_grant_uses_grant", table_name="grant_uses")
     op.drop_table("grant_uses")
     op.drop_index("ix_grants_tenant_action", table_name="grants")
     op.drop_table("grants")

@@ -17,6 +17,8 @@ EXPECTED_OPERATIONS = {
     ("post", "/v1/drafts/{draft_id}/approvals"): "approval",
     ("post", "/v1/drafts/{draft_id}/execute"): "execution",
     ("get", "/v1/executions/{execution_id}"): "execution_read",
+    ("post", "/v1/approvals/batch/statement"): "approvals_batch_statement",
+    ("post", "/v1/approvals/batch"): "approvals_batch",
     ("get", "/v1/grants"): "grants_list",
     ("post", "/v1/grants"): "grants_create",
     ("post", "/v1/grants/statement"): "grants_statement",

@@ -28,6 +28,7 @@ from starlette.routing import Route
 from typer.testing import Result
 
 from harness.approvals import get_draft
+from harness.orders import Orders
 from harness.servers import serve
 from mcp_adapter.tools import ToolDoor
 from service.approvals.models import Approval
@@ -40,6 +41,7 @@ from service.signing import generate_private_key, key_id_for, write_private_key
 from service.text import is_unsafe
 from service.tokens import actions as tokens
 from service.tracing import new_trace_id
+from tests.service.executions.test_runner import propose_refund
 from tests.support import cli
 from tests.support.backends import both_backends
 
@@ -1174,3 +1176,56 @@ def test_a_multi_line_note_and_reason_round_trip_exactly(api, runtime, demo, doo
     assert proposed[0]["data"]["arguments"]["note"] == note
     rejected = [e for e in events if e["type"] == "draft.rejected" and e["draft_id"] == draft_id]
     assert rejected[0]["data"]["reason"] == reason
+
+
+# --- approve --batch (issue 21.2): one signature over several drafts and their totals -----
+
+
+def batch_approvals(runtime, draft_ids: list[str]) -> list[Approval]:
+    with session_scope(runtime.engine) as session:
+        statement = select(Approval).where(col(Approval.draft_id).in_(draft_ids))
+        return list(session.scalars(statement).all())
+
+
+def test_a_batch_of_three_is_shown_signed_once_and_approved(api, runtime, demo, door):
+    orders = Orders(runtime.engine, prefix=3).take(3)
+    draft_ids = [propose_refund(door, 1_500, order) for order in orders]
+
+    result = run_cli(
+        "approve", *draft_ids, "--batch", "--key", key_of(demo, "alice"), "--yes",
+        api_url=api, token=as_(demo, "alice"),
+    )  # fmt: skip
+
+    assert result.exit_code == 0, result.stderr
+    assert "batch of 3 drafts, in all: 45.00 USD" in result.stdout
+    for draft_id in draft_ids:
+        assert f"approved {draft_id}: draft is approved (1 of 1 approvals)" in result.stdout
+        assert get_draft(api, as_(demo, "alice"), draft_id)["status"] == "approved"
+    assert len({a.signature for a in batch_approvals(runtime, draft_ids)}) == 1
+
+
+def test_a_batch_naming_a_draft_no_longer_open_signs_nothing(api, runtime, demo, door):
+    orders = Orders(runtime.engine, prefix=2).take(2)
+    open_draft, decided = (propose_refund(door, 1_500, order) for order in orders)
+    run_cli(
+        "approve", decided, "--key", key_of(demo, "bob"), "--yes",
+        api_url=api, token=as_(demo, "bob"),
+    )  # fmt: skip
+
+    result = run_cli(
+        "approve", open_draft, decided, "--batch", "--key", key_of(demo, "alice"), "--yes",
+        api_url=api, token=as_(demo, "alice"),
+    )  # fmt: skip
+
+    assert result.exit_code == 1
+    assert f"refusing to sign: draft {decided} is approved" in result.stderr
+    assert batch_approvals(runtime, [open_draft]) == []
+
+
+def test_several_drafts_without_batch_is_refused(api, demo, door):
+    result = run_cli(
+        "approve", "dft_" + "0" * 32, "dft_" + "1" * 32, "--key", key_of(demo, "alice"),
+        api_url=api, token=as_(demo, "alice"),
+    )  # fmt: skip
+    assert result.exit_code == 1
+    assert "name one draft, or several with --batch" in result.stderr

@@ -9,6 +9,7 @@ The worker is played by ``run_execution`` on a real database, on both backends.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -16,22 +17,30 @@ from sqlmodel import col, select
 
 from harness.orders import Orders
 from mcp_adapter.tools import ToolDoor
+from service.approvals import progress
 from service.config import DEFAULT_POLICIES
 from service.db import session_scope
 from service.drafts import review
-from service.drafts.models import DraftStatus
+from service.drafts.models import Draft, DraftStatus
 from service.drafts.schemas import DraftDetail
 from service.errors import DomainError
 from service.executions import runner
 from service.grants import actions as grants
+from service.grants import proof
 from service.grants.models import GrantUse
 from service.keys import admin as keys
 from service.runtime import Runtime
-from service.sql import utcnow
+from service.sql import rfc3339_seconds, utcnow
 from service.tokens import actions as tokens
+from service.toolcalls import actions as toolcalls
 from tests.service.executions.test_runner import event_types, events, propose_refund, state
 from tests.support.backends import both_backends
-from tests.support.core import approve_in_core, grant_in_core, request_execution_in_core
+from tests.support.core import (
+    approve_in_core,
+    grant_in_core,
+    reject_in_core,
+    request_execution_in_core,
+)
 
 pytestmark = both_backends
 
@@ -170,3 +179,81 @@ def test_an_action_the_policy_does_not_grant_and_a_grant_too_long_are_refused(ru
         grant_in_core(runtime, demo, **SMALL, **A_DAY, duration_seconds=8 * 86_400)
     assert refused.value.code == "GRANT_NOT_ALLOWED"
     assert "7 d" in refused.value.message
+
+
+# --- found by an attack review ------------------------------------------------------------
+
+
+def test_a_proposal_whose_clock_is_behind_still_counts_every_earlier_use(
+    runtime, demo, door, orders, monkeypatch
+):
+    # max_uses 1: a proposal whose clock was read before another one committed (or a host
+    # whose clock is behind) must not rank its use before the other and slip under the cap
+    grant_in_core(
+        runtime, demo, currency="USD", max_amount_minor=2_000, max_uses=1, not_before=ago(120)
+    )
+    first = refund(door, orders, 1_000)
+    assert run(runtime, demo, first).status == "succeeded"
+    real = toolcalls.utcnow
+    monkeypatch.setattr(toolcalls, "utcnow", lambda: real() - timedelta(seconds=5))
+    second = refund(door, orders, 1_000)
+    monkeypatch.setattr(toolcalls, "utcnow", real)
+    assert detail(runtime, demo, second).status is DraftStatus.PROPOSED
+    assert [(u.seq, u.draft_id) for u in uses(runtime)] == [(1, first)]
+
+
+def test_the_worker_refuses_a_draft_whose_source_column_names_another_record(
+    runtime, demo, door, orders
+):
+    # a grant scoped to order A; a draft on order B whose source column was edited to A
+    # (someone with database write access) is not run on B
+    order_a, order_b = orders.take(2)
+    draft_id = propose_refund(door, 1_000, order_b)
+    grant_in_core(
+        runtime, demo, currency="USD", max_amount_minor=2_000, source_ref=f"order:{order_a}"
+    )
+    with session_scope(runtime.engine) as session:
+        draft = session.get(Draft, draft_id)
+        assert draft is not None
+        draft.source_ref = f"order:{order_a}"
+    with session_scope(runtime.engine) as session:
+        draft = session.get(Draft, draft_id)
+        assert draft is not None
+        rules = progress.Rules.of(runtime)
+        draft, covered = grants.cover(session, rules, draft, now=utcnow(), trace_id=None)
+        assert covered  # what the edited column lets the grant cover
+    execution = run(runtime, demo, draft_id)
+    assert (execution.status, execution.error["code"]) == ("failed", "APPROVALS_UNVERIFIED")
+    assert f"The params change order:{order_b}" in execution.error["message"]
+
+
+def test_the_grants_approver_may_still_reject_a_draft_it_covered(runtime, demo, door, orders):
+    grant_in_core(runtime, demo, **SMALL, **A_DAY)
+    covered = refund(door, orders, 1_000)
+    reject_in_core(runtime, demo, covered, "not this one", approver="alice")
+    assert detail(runtime, demo, covered).status is DraftStatus.REJECTED
+
+
+def test_a_grant_that_expired_covers_nothing_that_has_not_run(
+    runtime, demo, door, orders, monkeypatch
+):
+    grant_in_core(runtime, demo, **SMALL, **A_DAY)
+    covered = refund(door, orders, 1_000)
+    execution_id = request_execution_in_core(runtime, demo, covered)[0].id
+    later = utcnow() + timedelta(days=2)  # its 24 h are over when the worker counts
+    monkeypatch.setattr(proof, "utcnow", lambda: later)
+    [shown] = detail(runtime, demo, covered).approvals
+    assert (shown.counts, shown.problem) == (False, "the grant has expired")
+    runner.run_execution(runtime, execution_id)
+    execution = state(runtime, execution_id)[0]
+    assert (execution.status, execution.error["code"]) == ("failed", "APPROVALS_UNVERIFIED")
+
+
+def test_a_grant_may_not_start_further_ahead_than_it_may_stand(runtime, demo):
+    with pytest.raises(DomainError) as refused:
+        grant_in_core(runtime, demo, **SMALL, **A_DAY, not_before="9999-12-31T00:00:00Z")
+    assert refused.value.code == "GRANT_NOT_ALLOWED"
+
+
+def ago(seconds: int) -> str:
+    return rfc3339_seconds(utcnow() - timedelta(seconds=seconds))
