@@ -1612,6 +1612,8 @@ CONSOLE_ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/console/credentials/enrolments"): WRITE,
     ("POST", "/console/credentials/passkeys/options"): WRITE,
     ("POST", "/console/credentials/passkeys"): WRITE,
+    ("POST", "/console/approvals/batch/statement"): WRITE,
+    ("POST", "/console/approvals/batch"): WRITE,
     ("GET", "/console/grants"): PAGE,
     ("POST", "/console/grants/statement"): WRITE,
     ("POST", "/console/grants"): WRITE,
@@ -1680,6 +1682,10 @@ def _console_body(world: World, path: str, draft_id: str) -> Any:
         return signed_body(alice, world.draft_fields(draft_id))
     if path.endswith("/enrolments"):
         return {"public_key": public_key_b64(generate_private_key())}
+    if path.endswith("/batch/statement"):
+        return {"draft_ids": [draft_id]}
+    if path.endswith("/approvals/batch"):
+        return batch_body(world, world.tenants[DEMO].callers["approver"], draft_id)
     if path.endswith("/grants/statement"):
         return {**GRANT_TERMS, "duration_seconds": 3_600}
     if path.endswith("/grants"):

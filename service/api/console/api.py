@@ -19,6 +19,7 @@ from fastapi.routing import APIRoute
 from service.api.console.deps import Caller, ReadUnit, Unit, Writer
 from service.api.deps import JsonBody, PublisherDep, RuntimeDep, TraceIdDep
 from service.api.errors import problem_response
+from service.api.routes import batches as v1_batches
 from service.api.routes import drafts as v1_drafts
 from service.api.routes import grants as v1_grants
 from service.drafts.schemas import DRAFT_ID_PATTERN
@@ -95,6 +96,28 @@ def execute(
         background=background,
     )
     return JSONResponse(accepted.model_dump(mode="json"), status_code=202, background=background)
+
+
+@router.post("/approvals/batch/statement", name="console.batch_statement")
+def batch_statement(
+    session: ReadUnit, runtime: RuntimeDep, caller: Writer, body: JsonBody
+) -> JSONResponse:
+    """The batch statement over the drafts picked (POST /v1/approvals/batch/statement)."""
+    offered = v1_batches.batch_statement(
+        session=session, runtime=runtime, principal=caller.principal, body=body
+    )
+    return JSONResponse(offered.model_dump(mode="json"))
+
+
+@router.post("/approvals/batch", status_code=201, name="console.batch")
+def submit_batch(
+    session: Unit, runtime: RuntimeDep, caller: Writer, trace_id: TraceIdDep, body: JsonBody
+) -> JSONResponse:
+    """A batch signed in the browser: the body of POST /v1/approvals/batch."""
+    result = v1_batches.submit_batch(
+        session=session, runtime=runtime, principal=caller.principal, trace_id=trace_id, body=body
+    )
+    return JSONResponse(result.model_dump(mode="json"), status_code=201)
 
 
 @router.post("/grants/statement", name="console.grant_statement")
