@@ -238,9 +238,11 @@ def settle(
     actor: str,
     now: datetime,
     trace_id: str | None,
+    reason: str | None = None,
 ) -> progress.ApprovalProgress:
     """Counted again with a decision just recorded (a signed one, or a grant's): a verified
-    rejection ends the draft; approvals that now meet the policy approve it."""
+    rejection ends the draft; approvals that now meet the policy approve it (``reason``: what
+    the agent should still read then, e.g. that an approver narrowed it)."""
     standing = progress.of_draft(session, rules, draft)
     if standing.rejections:
         draft_state.transition(
@@ -260,6 +262,7 @@ def settle(
             now=now,
             actor=actor,
             trace_id=trace_id,
+            reason=reason,
             data={"approvers": standing.approvers},
         )
         metrics.quorum_reached(session, draft, now)

@@ -205,3 +205,17 @@ def batch_refused(problems: list[dict[str, str | None]], size: int) -> DomainErr
         f"Nothing was approved: {len(problems)} of the batch's {size} items do not hold ({named}).",
         details={"items": problems},
     )
+
+
+NARROWING_REFUSED = ErrorCode(
+    "NARROWING_REFUSED",
+    Category.INVALID_ARGUMENT,
+    "The params sent to narrow a draft are not a narrowing of its current revision: only a "
+    "lower amount in the same currency (and dropping what the action declares droppable) "
+    "may change.",
+    "Lower the amount only, or reject the draft and say why.",
+)
+
+
+def narrowing_refused(problem: str) -> DomainError:
+    return NARROWING_REFUSED(f"Not a narrowing: {problem}.")

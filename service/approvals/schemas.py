@@ -192,6 +192,14 @@ class ApprovalRequest(SignedRequest):
     statement: ApprovalStatement
 
 
+class NarrowRequest(SignedRequest):
+    """Body of POST /v1/drafts/{id}/narrow: the narrowed params, and the approver's approval
+    statement of the revision they make (the draft's next), signed."""
+
+    params: dict[str, Any] = Field(description="The draft's params, narrowed.")
+    statement: ApprovalStatement
+
+
 class BatchRequest(SignedRequest):
     """Body of POST /v1/approvals/batch: the batch statement and exactly one of its Ed25519
     ``signature`` or a passkey's ``webauthn`` assertion."""

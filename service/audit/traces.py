@@ -124,6 +124,8 @@ def describe(event: AuditEvent) -> str:
             return f"{data.get('tool')} refused: {failure}"
         case "draft.proposed" | "draft.revised":
             return f"revision {data.get('revision')}: {data.get('summary')} ({data.get('policy')})"
+        case "draft.narrowed":
+            return f"revision {data.get('revision')}: {data.get('reason')}"
         case "draft.rebased":
             return (
                 f"revision {data.get('revision')} on the source's new state: {data.get('reason')}"

@@ -25,6 +25,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "service.cli.approver:reject",
         "Sign a rejection; one valid rejection ends the draft.",
     ),
+    "narrow": (
+        "service.cli.narrow:narrow",
+        "Lower a draft's amount (or drop an optional effect) and approve what is left.",
+    ),
     "execute": (
         "service.cli.approver:execute",
         "Request execution of an approved draft (repeating it returns the same execution).",

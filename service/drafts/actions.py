@@ -292,6 +292,38 @@ def rebase(
     grants.cover(ctx.session, rules, draft, now=ctx.now, trace_id=ctx.trace_id)
 
 
+def narrow(
+    ctx: ActionContext,
+    action: WriteAction,
+    draft: Draft,
+    params: StrictInput,
+    *,
+    policies: dict[str, PolicyConfig],
+    by: Principal,
+) -> None:
+    """The draft at a new revision with ``params``, which the approver ``by`` narrowed it to
+    (the caller checked it is narrowing: ``WriteAction.narrowing_problem``), validated against
+    the world as it stands and under the policy for its amount, like any proposal; its status
+    reason tells the agent the narrowed terms. ``ctx``: the draft's proposer, for whom the
+    action validates."""
+    params_json = params.model_dump(mode="json", exclude_none=True)
+    proposal = _validate(ctx, action, params, params_json, policies, draft.id)
+    _refuse_twin(ctx, draft, proposal)
+    summary = str(proposal.fields["summary"]).rstrip(".")
+    reason = f"an approver ({by.subject}) narrowed it to: {summary}"
+    state.revise(
+        ctx.session,
+        draft,
+        proposer=ctx.principal,
+        contract_version=action.contract_version,
+        fields=proposal.fields,
+        now=ctx.now,
+        trace_id=ctx.trace_id,
+        reason=reason,
+    )
+    _record_revision(ctx, draft, event="draft.narrowed", actor=by.actor, extra={"reason": reason})
+
+
 def _record_revision(
     ctx: ActionContext,
     draft: Draft,

@@ -187,7 +187,8 @@ def _advice(
     )
     match status:
         case DraftStatus.PROPOSED:
-            # A reason on a proposed draft is why it is waiting again (its source moved).
+            # A reason on a proposed draft is why it is waiting again (its source moved, or an
+            # approver narrowed it and another approval is needed).
             reason = draft.status_reason or ""
             again = f"{reason[:1].upper()}{reason[1:]}. " if reason else ""
             return (
@@ -206,9 +207,12 @@ def _advice(
                 "if they still want it.",
             )
         case DraftStatus.APPROVED:
+            # A reason on an approved draft is what the approver changed (they narrowed it).
+            reason = draft.status_reason or ""
+            changed = f"{reason[:1].upper()}{reason[1:]}. " if reason else ""
             return (
-                "A human approved the request. Nothing has run yet: it runs once an approver "
-                "starts its execution.",
+                f"{changed}A human approved the request. Nothing has run yet: it runs once an "
+                "approver starts its execution.",
                 "Tell the user it was approved and waits to be carried out. " + check_later,
             )
         case DraftStatus.QUEUED | DraftStatus.RUNNING:

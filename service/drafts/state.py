@@ -96,10 +96,13 @@ def revise(
     fields: Mapping[str, Any],
     now: datetime,
     trace_id: str | None,
+    reason: str | None = None,
 ) -> None:
     """Make ``fields`` the proposed draft's next revision, under the action's current
     contract. Not a change of status (it stays proposed), but a new digest: every approval
-    must be given anew. Refuses a draft that is not proposed (a bug: the caller checks)."""
+    must be given anew. ``reason``: why it has a new revision when its proposer did not
+    write it (an approver narrowed it); an earlier revision's reason no longer applies.
+    Refuses a draft that is not proposed (a bug: the caller checks)."""
     if draft.status is not DraftStatus.PROPOSED:
         raise IllegalTransition(f"draft {draft.id}: {draft.status.value} cannot be revised")
     _check_fields(fields)
@@ -107,6 +110,7 @@ def revise(
         setattr(draft, name, value)
     draft.contract_version = contract_version
     draft.revision += 1
+    draft.status_reason = reason
     draft.open_dedupe_key = dedupe_key(proposer, draft.action, draft.params_sha256)
     draft.trace_id = trace_id or draft.trace_id
     draft.updated_at = now

@@ -148,6 +148,44 @@ class WriteAction(Action):
         amount = getattr(params, "amount", None)
         return amount if isinstance(amount, Money) else None
 
+    # Optional effects an approver may drop when narrowing a draft (issue 21.3), e.g. "also
+    # notify the customer"; none unless an action declares them.
+    droppable: ClassVar[frozenset[str]] = frozenset()
+
+    def narrowing_problem(self, before: Any, after: Any) -> str | None:
+        """Why the params ``after`` do not narrow ``before`` (both the action's validated
+        Input), or None: only a lower amount in the same currency, and dropping what the
+        action declares ``droppable``; anything else, and nothing at all, is not narrowing.
+
+        By default the amount is the ``amount`` field (``amount_of``); an action whose money
+        lives elsewhere overrides this too (otherwise its amount cannot be narrowed)."""
+        old, new = self.amount_of(before), self.amount_of(after)
+        if (old is None) != (new is None):
+            return "the amount may be lowered, not added or removed"
+        if old is not None and new is not None:
+            if new.currency != old.currency:
+                return f"the currency must stay {old.currency}"
+            if new.amount_minor > old.amount_minor:
+                return f"{new.render()} is more than the {old.render()} proposed"
+        was = before.model_dump(mode="json", exclude_none=True)
+        now = after.model_dump(mode="json", exclude_none=True)
+        changed = sorted(
+            name
+            for name in set(was) | set(now)
+            if was.get(name) != now.get(name)
+            and not (name == "amount" and old is not None)
+            and not (name in self.droppable and name not in now)
+        )
+        if changed:
+            return (
+                "only the amount may be lowered"
+                + (f" or {', '.join(sorted(self.droppable))} dropped" if self.droppable else "")
+                + f"; changed: {', '.join(changed)}"
+            )
+        if was == now:
+            return "nothing was narrowed"
+        return None
+
     @property
     def declares_source(self) -> bool:
         """Whether this action binds its drafts to a source (it overrides ``source``): read

@@ -22,6 +22,7 @@ DRAFT_CHANGES = {
     "draft.proposed": "proposed",
     "draft.revised": "revised",
     "draft.rebased": "rebased",  # its source moved: a new revision to approve again
+    "draft.narrowed": "revised",  # an approver lowered it: a new revision
     "approval.approved": "signed",  # one more signature, the quorum not (yet) met
     "approval.granted": "signed",  # a standing grant covered it: one approval counted
     "draft.approved": "approved",

@@ -22,7 +22,7 @@ TEST_EVENT = "webhook.test"
 ANNOUNCED_BY: dict[str, tuple[str, ...]] = {
     # A new draft, or a new revision of one (revised by its agent, or rebased on a source
     # that moved): either way approvals must be given (anew).
-    "draft.proposed": ("draft.proposed", "draft.revised", "draft.rebased"),
+    "draft.proposed": ("draft.proposed", "draft.revised", "draft.rebased", "draft.narrowed"),
     # The quorum was reached (the last counted signature moved the draft to approved).
     "draft.approved": ("draft.approved",),
     "draft.rejected": ("draft.rejected",),

@@ -406,6 +406,12 @@ class World:
                 "source_revision": draft.source_revision,
             }
 
+    def draft_params(self, draft_id: str) -> dict[str, Any]:
+        with Session(self.runtime.engine) as session:
+            draft = session.get(Draft, draft_id)
+            assert draft is not None
+            return dict(draft.params)
+
     def approve_in_core(self, tenant: str, draft_id: str, approver: str = "approver") -> None:
         caller = self.tenants[tenant].callers[approver]
         body = signed_body(caller, self.draft_fields(draft_id))

@@ -61,7 +61,7 @@ from service.api import console as console_package
 from service.api.app import create_app
 from service.approvals.schemas import Decision
 from service.audit.models import AuditEvent
-from service.canonical import canonical_json
+from service.canonical import canonical_json, params_sha256
 from service.grants.models import Grant
 from service.keys import passkeys
 from service.keys.models import KeyEnrolment
@@ -158,6 +158,9 @@ EXPECTED: dict[tuple[str, str], Public | Guarded] = {
     ),
     ("POST", "/v1/drafts/{draft_id}/approvals"): Guarded(
         "approval", APPROVER, 201, "approvable", "DRAFT_UNAVAILABLE"
+    ),
+    ("POST", "/v1/drafts/{draft_id}/narrow"): Guarded(
+        "narrowing", APPROVER, 201, "narrowable", "DRAFT_UNAVAILABLE"
     ),
     ("POST", "/v1/drafts/{draft_id}/execute"): Guarded(
         "execution", APPROVER, 202, "executable", "DRAFT_UNAVAILABLE"
@@ -375,6 +378,7 @@ def _cell(
     cell.target = {
         "draft": lambda: of.draft_id,
         "approvable": lambda: world.propose(target_tenant)["draft_id"],
+        "narrowable": lambda: world.propose(target_tenant)["draft_id"],
         "executable": lambda: world.approved_draft(target_tenant),
         "execution": lambda: of.execution_id,
         "trace": lambda: of.trace_id,
@@ -393,6 +397,8 @@ def _cell(
     cell.missing = missing
     if kind == "approvable":
         cell.body, cell.missing_body = _approval_bodies(world, cell, missing)
+    if kind == "narrowable":
+        cell.body, cell.missing_body = _narrowing_bodies(world, cell, missing)
     return cell
 
 
@@ -453,6 +459,26 @@ def _approval_bodies(world: World, cell: Cell, missing: str) -> tuple[Any, Any]:
     else:
         signer = world.tenants[cell.target_tenant].callers["approver"]
     return signed_body(signer, fields), signed_body(signer, {**fields, "draft_id": missing})
+
+
+def _narrowing_bodies(world: World, cell: Cell, missing: str) -> tuple[Any, Any]:
+    """The draft's amount lowered below every amount the world proposes (101 and up, so the
+    narrowed draft twins no open one), and its next revision's approval signed as
+    ``_approval_bodies`` signs (an approver's own, anyone else's a stolen one)."""
+    assert cell.target is not None
+    params = world.draft_params(cell.target)
+    lower = params["amount"]["amount_minor"] % 100 + 1
+    params["amount"] = {**params["amount"], "amount_minor": lower}
+    fields = world.draft_fields(cell.target)
+    fields |= {"revision": fields["revision"] + 1, "params_sha256": params_sha256(params)}
+    signer = cell.caller
+    if cell.role == "approver":
+        fields["tenant"] = cell.caller.tenant
+    else:
+        signer = world.tenants[cell.target_tenant].callers["approver"]
+    own = signed_body(signer, fields)
+    made_up = signed_body(signer, {**fields, "draft_id": missing})
+    return {"params": params, **own}, {"params": params, **made_up}
 
 
 def _send(api: httpx.Client, cell: Cell, url: str, body: Any) -> httpx.Response:
@@ -568,7 +594,9 @@ def _check_allowed(
         after.approvals - before.approvals,
         after.executions - before.executions,
     )
-    expected_change = {"approval": "approved", "execution": "queued"}.get(expectation.name)
+    expected_change = {"approval": "approved", "narrowing": "approved", "execution": "queued"}.get(
+        expectation.name
+    )
     if expectation.name == "approvals.batch":  # the one draft of the batch, approved
         assert [after.drafts[d][0] for d in changed] == ["approved"], _diff(before, after)
         assert len(new_approvals) == 1, _diff(before, after)
@@ -763,6 +791,7 @@ SUCCESS: dict[str, Callable[[World, Cell, httpx.Response, State], None]] = {
     "drafts.list": _ok_queue,
     "drafts.read": _ok_draft,
     "approval": _ok_approval,
+    "narrowing": _ok_approval,
     "execution": _ok_execution,
     "execution.read": _ok_execution_read,
     "audit.query": _ok_events,

@@ -86,6 +86,7 @@ SERVED = {
     "drafts_list": REVIEWERS,
     "drafts_read": REVIEWERS,
     "approval": APPROVERS,
+    "narrowing": APPROVERS,
     "execution": APPROVERS,
     "execution_read": REVIEWERS,
     "audit_query": AUDITORS,

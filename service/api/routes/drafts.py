@@ -19,7 +19,8 @@ from service.api.deps import (
 )
 from service.api.errors import problems
 from service.approvals import actions as approvals
-from service.approvals.schemas import ApprovalRequest
+from service.approvals import narrowing
+from service.approvals.schemas import ApprovalRequest, NarrowRequest
 from service.drafts import review
 from service.drafts.models import DraftStatus
 from service.drafts.schemas import DRAFT_ID_PATTERN, DraftDetail, DraftPage
@@ -104,6 +105,41 @@ def submit_approval(
         draft_id=draft_id,
         request=request,
         runtime=runtime,
+        now=now,
+        trace_id=trace_id,
+    )
+    return review.get_detail(session, principal, draft_id, runtime=runtime, now=now)
+
+
+@router.post(
+    "/{draft_id}/narrow",
+    summary="Narrow the current revision (a lower amount) and approve the narrowed revision",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": input_schema(NarrowRequest)}},
+        }
+    },
+    status_code=201,
+    name="narrowing",
+    responses=problems(400, 401, 403, 404, 409),
+)
+def narrow(
+    draft_id: DraftId,
+    session: Unit,
+    runtime: RuntimeDep,
+    principal: Approver,
+    trace_id: TraceIdDep,
+    body: JsonBody,
+) -> DraftDetail:
+    request = parse(NarrowRequest, body if isinstance(body, dict) else {"body": body})
+    now = utcnow()
+    narrowing.narrow(
+        session,
+        principal,
+        runtime=runtime,
+        draft_id=draft_id,
+        request=request,
         now=now,
         trace_id=trace_id,
     )

@@ -15,6 +15,7 @@ EXPECTED_OPERATIONS = {
     ("get", "/v1/drafts"): "drafts_list",
     ("get", "/v1/drafts/{draft_id}"): "drafts_read",
     ("post", "/v1/drafts/{draft_id}/approvals"): "approval",
+    ("post", "/v1/drafts/{draft_id}/narrow"): "narrowing",
     ("post", "/v1/drafts/{draft_id}/execute"): "execution",
     ("get", "/v1/executions/{execution_id}"): "execution_read",
     ("post", "/v1/approvals/batch/statement"): "approvals_batch_statement",

@@ -1229,3 +1229,32 @@ def test_several_drafts_without_batch_is_refused(api, demo, door):
     )  # fmt: skip
     assert result.exit_code == 1
     assert "name one draft, or several with --batch" in result.stderr
+
+
+# --- narrow (issue 21.3): lower the amount and approve what is left ------------------------
+
+
+def test_narrow_lowers_the_amount_and_approves_the_new_revision(api, runtime, demo, door):
+    draft_id = refund(door, 6_000)
+
+    result = run_cli(
+        "narrow", draft_id, "--amount", "40.00", "--key", key_of(demo, "alice"), "--yes",
+        api_url=api, token=as_(demo, "alice"),
+    )  # fmt: skip
+
+    assert result.exit_code == 0, result.stderr
+    assert "to: 40.00 USD instead of 60.00 USD" in result.stdout
+    assert "narrowed to revision 2: Refund 40.00 USD" in result.stdout
+    draft = get_draft(api, as_(demo, "alice"), draft_id)
+    assert (draft["status"], draft["revision"]) == ("approved", 2)
+
+
+def test_narrow_to_a_higher_amount_is_refused_by_the_server(api, runtime, demo, door):
+    draft_id = refund(door, 6_000)
+    result = run_cli(
+        "narrow", draft_id, "--amount", "70.00", "--key", key_of(demo, "alice"), "--yes",
+        api_url=api, token=as_(demo, "alice"),
+    )  # fmt: skip
+    assert result.exit_code == 1
+    assert "NARROWING_REFUSED" in result.stderr
+    assert get_draft(api, as_(demo, "alice"), draft_id)["revision"] == 1
