@@ -62,13 +62,7 @@ def narrow(
         raise errors.narrowing_refused(problem)
     rules = progress.Rules.of(runtime)
     actions.check_signer(progress.of_draft(session, rules, draft), principal, Decision.APPROVE)
-    ctx = ActionContext(
-        session=session,
-        principal=as_proposer(draft, token_id=f"narrowed-by:{principal.subject}"),
-        settings=runtime.settings,
-        now=now,
-        trace_id=draft.trace_id,
-    )
+    ctx = _as_its_proposer(session, runtime, draft, principal, now=now)
     drafts.narrow(ctx, action, draft, after, policies=runtime.policies, by=principal)
     # The statement must approve exactly the revision just written.
     actions.check_binding(draft, statement)
@@ -88,6 +82,19 @@ def narrow(
         reason=draft.status_reason,
     )  # fmt: skip
     return draft
+
+
+def _as_its_proposer(
+    session: Session, runtime: Runtime, draft: Draft, approver: Principal, *, now: datetime
+) -> ActionContext:
+    """The action validates the narrowed params for the draft's proposer, in its trace."""
+    return ActionContext(
+        session=session,
+        principal=as_proposer(draft, token_id=f"narrowed-by:{approver.subject}"),
+        settings=runtime.settings,
+        now=now,
+        trace_id=draft.trace_id,
+    )
 
 
 def _check_statement(
