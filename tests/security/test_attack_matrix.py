@@ -1634,6 +1634,7 @@ CONSOLE_ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/console/audit/export"): EXPORT,
     ("POST", "/console/drafts/{draft_id}/approvals"): WRITE,
     ("POST", "/console/drafts/{draft_id}/execute"): WRITE,
+    ("POST", "/console/drafts/{draft_id}/narrow"): WRITE,
     ("GET", "/console/executions/{execution_id}"): READ,
     ("GET", "/console/events"): READ,
     ("GET", "/console/executions/{execution_id}/events"): READ,

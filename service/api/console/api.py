@@ -76,6 +76,27 @@ def submit_approval(
     return JSONResponse({"draft": detail.model_dump(mode="json")})
 
 
+@router.post("/drafts/{draft_id}/narrow", name="console.narrowing")
+def narrow(
+    draft_id: DraftId,
+    session: Unit,
+    runtime: RuntimeDep,
+    caller: Writer,
+    trace_id: TraceIdDep,
+    body: JsonBody,
+) -> JSONResponse:
+    """Narrowed params and their approval, signed in the browser (POST /v1/drafts/{id}/narrow)."""
+    detail = v1_drafts.narrow(
+        draft_id=draft_id,
+        session=session,
+        runtime=runtime,
+        principal=caller.principal,
+        trace_id=trace_id,
+        body=body,
+    )
+    return JSONResponse({"draft": detail.model_dump(mode="json")})
+
+
 @router.post("/drafts/{draft_id}/execute", status_code=202, name="console.execution")
 def execute(
     draft_id: DraftId,

@@ -9,6 +9,7 @@
 // inert by DOMParser: no script runs), so the card keeps up without a reload.
 
 import { canonicalBytes, sha256Hex } from "./jcs.js";
+import { minorUnits } from "./money.js";
 import { postJson, requestJson, showProblem, signWith, storedKey } from "./keys.js";
 import { passkeyAssertion } from "./passkeys.js";
 
@@ -120,6 +121,38 @@ async function signAndPost(draft, paramsSha256, { decision, passkey }) {
     showExecute();
   }
   await refresh(draft);
+}
+
+/** Lower the amount and approve the narrowed revision (docs/approvals.md, "Narrowing"):
+ * the params, their digest and the next revision are computed here, from the params shown. */
+async function narrow(draft) {
+  const amount = draft.params.amount;
+  let lower;
+  try {
+    lower = minorUnits(element("narrow-amount").value, amount.currency, "the lower amount");
+  } catch (error) {
+    write("decision-status", error.message);
+    return;
+  }
+  if (lower === null) {
+    write("decision-status", "type the lower amount first");
+    return;
+  }
+  const key = await storedKey(draft.tenant, draft.approver);
+  if (!key) {
+    write("decision-status", "no signing key in this browser: import or generate one first");
+    return;
+  }
+  const params = { ...draft.params, amount: { ...amount, amount_minor: lower } };
+  const paramsSha256 = await sha256Hex(canonicalBytes(params));
+  const next = { ...draft, revision: draft.revision + 1 };
+  const statement = statementFor(next, { paramsSha256, decision: "approve", keyId: key.key_id });
+  const body = { params, statement, signature: await signWith(key, canonicalBytes(statement)) };
+  write("decision-status", "sending the narrowed params and your signed approval…");
+  const url = `/console/drafts/${encodeURIComponent(draft.draft_id)}/narrow`;
+  const answer = await postJson(url, body);
+  write("decision-status", `narrowed to revision ${answer.draft.revision}: ${answer.draft.summary}`);
+  window.location.reload(); // a new revision: what is shown must be what is signed next
 }
 
 function showExecute() {
@@ -302,6 +335,7 @@ async function wireCard() {
     "click",
     guarded(() => execute(draft), "execution-status"),
   );
+  element("narrow-button")?.addEventListener("click", guarded(() => narrow(draft)));
   if (draft.execution_id && !FINISHED.has(draft.execution_status)) {
     follow(draft, draft.execution_id);
   } else if (draft.status === "approved") {

@@ -7,6 +7,7 @@
 
 import { canonicalBytes } from "./jcs.js";
 import { consoleData, postJson, showProblem, signWith, storedKey } from "./keys.js";
+import { minorUnits } from "./money.js";
 
 const FIXED = new Set(["type", "tenant", "approver", "key_id", "not_before", "expires_at", "issued_at"]);
 let offer = null;
@@ -19,34 +20,14 @@ function status(text) {
   element("grant-status").textContent = text;
 }
 
-/** "20.00" in the currency's minor units (20.00 USD -> 2000), or an error naming the field. */
-function minor(text, currency, what) {
-  const value = text.trim();
-  if (value === "") {
-    return null;
-  }
-  let digits;
-  try {
-    digits = new Intl.NumberFormat("en", { style: "currency", currency }).resolvedOptions()
-      .maximumFractionDigits;
-  } catch {
-    throw new Error(`${currency} is not a currency`);
-  }
-  const match = /^(\d{1,15})(?:\.(\d+))?$/.exec(value);
-  if (!match || (match[2] ?? "").length > digits) {
-    throw new Error(`${what}: ${value} is not an amount of ${currency}`);
-  }
-  return Number(match[1]) * 10 ** digits + Number((match[2] ?? "").padEnd(digits, "0") || 0);
-}
-
 function terms() {
   const value = (id) => element(id).value.trim();
   const currency = value("grant-currency").toUpperCase();
   const asked = {
     action: value("grant-action"),
     duration_seconds: Number(value("grant-hours")) * 3600,
-    max_amount_minor: minor(value("grant-max"), currency, "Up to, per draft"),
-    cap_minor: minor(value("grant-cap"), currency, "At most, per day"),
+    max_amount_minor: minorUnits(value("grant-max"), currency, "Up to, per draft"),
+    cap_minor: minorUnits(value("grant-cap"), currency, "At most, per day"),
     source_ref: value("grant-source") || null,
     agent: value("grant-agent") || null,
     max_uses: value("grant-uses") ? Number(value("grant-uses")) : null,
