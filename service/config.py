@@ -41,10 +41,15 @@ DEFAULT_POLICIES: dict[str, Any] = {
     "change_shipping_address": {"ttl_seconds": 86_400, "tiers": [{"approvals": 1}]},
 }
 # The demo stack (`draftgate dev`) also lets approvers sign standing grants of refunds for up
-# to 7 days (docs/approvals.md, "Standing grants"); the reference policies grant nothing.
+# to 7 days (docs/approvals.md, "Standing grants"), and watches how carefully refunds are
+# reviewed (docs/metrics.md, "Oversight"); the reference policies do neither.
 DEMO_POLICIES: dict[str, Any] = {
     **DEFAULT_POLICIES,
-    "refund": {**DEFAULT_POLICIES["refund"], "grants": {"max_seconds": 7 * 86_400}},
+    "refund": {
+        **DEFAULT_POLICIES["refund"],
+        "grants": {"max_seconds": 7 * 86_400},
+        "oversight": {"min_dwell_seconds": 5, "flag_after": 5, "escalate_after_seconds": 3_600},
+    },
 }
 
 

@@ -91,6 +91,28 @@ APPROVAL_SECONDS = Histogram(
     buckets=(1, 10, 60, 300, 900, 1800, 3600, 4 * 3600, 8 * 3600, 86_400, 3 * 86_400, 7 * 86_400),
     registry=REGISTRY,
 )
+REVIEW_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600)
+DWELL_SECONDS = Histogram(
+    "draftgate_review_dwell_seconds",
+    "Time from an approver first seeing a draft's revision to signing their decision on it, "
+    "by action and decision (decisions with a recorded view only).",
+    ["action", "decision"],
+    buckets=REVIEW_BUCKETS,
+    registry=REGISTRY,
+)
+DECISION_SECONDS = Histogram(
+    "draftgate_decision_latency_seconds",
+    "Time from a draft's proposal to each signed decision on it, by action and decision.",
+    ["action", "decision"],
+    buckets=(1, 10, 60, 300, 900, 1800, 3600, 4 * 3600, 8 * 3600, 86_400, 3 * 86_400, 7 * 86_400),
+    registry=REGISTRY,
+)
+OVERSIGHT_FLAGS = Counter(
+    "draftgate_oversight_flags",
+    "Approvers flagged for hasty decisions (oversight.flagged), by the action of the last one.",
+    ["action"],
+    registry=REGISTRY,
+)
 EXECUTION_SECONDS = Histogram(
     "draftgate_execution_duration_seconds",
     "Time from an execution request to its final state (succeeded, failed, expired).",
@@ -169,6 +191,20 @@ def quorum_reached(session: Session, draft: Draft, now: datetime) -> None:
     """The approval that completes ``draft``'s quorum; counted when it commits."""
     seconds = max((now - draft.created_at).total_seconds(), 0.0)
     on_commit(session, APPROVAL_SECONDS.labels(draft.action).observe, seconds)
+
+
+def decision_reviewed(
+    session: Session, action: str, decision: str, dwell_ms: int | None, latency_ms: int
+) -> None:
+    """A signed decision's dwell (if its revision was seen first) and latency; counted when
+    the decision commits."""
+    if dwell_ms is not None:
+        on_commit(session, DWELL_SECONDS.labels(action, decision).observe, dwell_ms / 1000)
+    on_commit(session, DECISION_SECONDS.labels(action, decision).observe, latency_ms / 1000)
+
+
+def oversight_flagged(session: Session, action: str) -> None:
+    on_commit(session, lambda _: OVERSIGHT_FLAGS.labels(action).inc(), 1.0)
 
 
 def execution_finished(session: Session, execution: Execution) -> None:

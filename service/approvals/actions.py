@@ -14,7 +14,7 @@ from typing import Any
 from sqlmodel import Session
 
 from service import metrics
-from service.approvals import errors, progress, signatures
+from service.approvals import errors, oversight, progress, signatures
 from service.approvals.models import Approval
 from service.approvals.schemas import (
     SCHEME_ED25519,
@@ -117,7 +117,15 @@ def submit(
     rules = progress.Rules.of(runtime)
     check_signer(progress.of_draft(session, rules, draft), principal, statement.decision)
     record_decision(
-        session, principal, draft, key, request, Signed.of(statement), now=now, trace_id=trace_id
+        session,
+        rules,
+        principal,
+        draft,
+        key,
+        request,
+        Signed.of(statement),
+        now=now,
+        trace_id=trace_id,
     )
     settle(session, rules, draft, actor=principal.actor, now=now, trace_id=trace_id)
     return draft
@@ -178,6 +186,7 @@ class Signed:
 
 def record_decision(
     session: Session,
+    rules: progress.Rules,
     principal: Principal,
     draft: Draft,
     key: Credential,
@@ -187,7 +196,8 @@ def record_decision(
     now: datetime,
     trace_id: str | None,
 ) -> Approval:
-    """Store one verified decision on the draft's current revision, and audit it."""
+    """Store one verified decision on the draft's current revision, and audit it with how
+    carefully it was reviewed (``oversight``)."""
     webauthn = request.webauthn
     approval = Approval(
         id="apv_" + secrets.token_hex(12),
@@ -208,6 +218,9 @@ def record_decision(
     )
     session.add(approval)
     session.flush()
+    care = oversight.decided(
+        session, rules, principal, draft, signed.decision.value, now=now, trace_id=trace_id
+    )
     audit.record(
         session,
         tenant=draft.tenant,
@@ -224,6 +237,7 @@ def record_decision(
             "issued_at": signed.issued_at,
             "reason": signed.reason,
             **({"batch_id": signed.batch_id} if signed.batch_id else {}),
+            "oversight": care.as_data(),
             **({"sign_count": key.sign_count} if isinstance(key, ApproverPasskey) else {}),
         },
     )

@@ -112,7 +112,7 @@ def submit(
             batch_id=statement.batch_id,
         )  # fmt: skip
         actions.record_decision(
-            session, principal, draft, key, request, decision, now=now, trace_id=trace_id
+            session, rules, principal, draft, key, request, decision, now=now, trace_id=trace_id
         )
     results = []
     for draft in drafts:

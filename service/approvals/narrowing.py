@@ -16,7 +16,7 @@ from datetime import datetime
 
 from sqlmodel import Session
 
-from service.approvals import actions, errors, progress, signatures
+from service.approvals import actions, errors, oversight, progress, signatures
 from service.approvals.schemas import ApprovalStatement, Decision, NarrowRequest
 from service.drafts import actions as drafts
 from service.drafts.models import Draft
@@ -64,10 +64,12 @@ def narrow(
     actions.check_signer(progress.of_draft(session, rules, draft), principal, Decision.APPROVE)
     ctx = _as_its_proposer(session, runtime, draft, principal, now=now)
     drafts.narrow(ctx, action, draft, after, policies=runtime.policies, by=principal)
+    oversight.carry_view(session, draft, principal.subject, from_revision=draft.revision - 1)
     # The statement must approve exactly the revision just written.
     actions.check_binding(draft, statement)
     actions.record_decision(
         session,
+        rules,
         principal,
         draft,
         key,

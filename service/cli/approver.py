@@ -277,6 +277,7 @@ def _decide(
             "refusing to sign: the server's statement does not match the draft it showed "
             f"({', '.join(mismatched)})"
         )
+    api.report_view(draft)  # what is signed now was on the terminal from here on
     if not yes:
         confirm(f"Sign this {decision.value} of revision {draft['revision']}?")
     body = signed_request(ours, private_key)

@@ -37,6 +37,7 @@ def approve_batch(
     for item in items:
         draft = call(lambda item=item: api.get(f"/v1/drafts/{item['draft_id']}"))
         _check_item(item, draft)
+        api.report_view(draft)
         amount = draft.get("amount")
         if amount:
             totals[amount["currency"]] += amount["amount_minor"]

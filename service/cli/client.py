@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +54,16 @@ class ApiClient:
 
     def post(self, path: str, body: Any | None = None) -> Any:
         return self.request("POST", path, json=body)
+
+    def report_view(self, draft: dict[str, Any]) -> None:
+        """Oversight (docs/metrics.md): the draft, its params and its source are on the
+        terminal now. A measure, never a gate: a report that fails stops nothing."""
+        if draft.get("status") != "proposed":
+            return
+        seen = ["params", "source"] if draft.get("source") else ["params"]
+        body = {"revision": draft["revision"], "seen": seen}
+        with contextlib.suppress(ApiProblem):
+            self.post(f"/v1/drafts/{draft['draft_id']}/views", body)
 
 
 ApiUrlOption = typer.Option(None, "--api-url", help="API base URL (env DRAFTGATE_API_URL).")

@@ -68,12 +68,13 @@ def simulate(
 
 
 def _report(result: Simulation, days: int, *, as_json: bool) -> None:
-    changed = [d for d in result.drafts if d.proposed != d.now]
+    changed = [d for d in result.drafts if d.proposed != d.now or d.grant]
     summary = {
         "drafts": len(result.drafts),
         "more": result.count("more"),
         "fewer": result.count("fewer"),
         "same": result.count("same"),
+        "granted": result.granted,
         "truncated": result.truncated,
         "notes": result.notes,
     }
@@ -81,7 +82,17 @@ def _report(result: Simulation, days: int, *, as_json: bool) -> None:
         print_json({**summary, "changed": [_row(d) for d in changed]})
         return
     print_table(
-        ["draft", "tenant", "action", "amount", "status", "now", "proposed", "proposed rule"],
+        [
+            "draft",
+            "tenant",
+            "action",
+            "amount",
+            "status",
+            "now",
+            "proposed",
+            "proposed rule",
+            "grant",
+        ],
         [
             [
                 d.draft_id,
@@ -92,13 +103,15 @@ def _report(result: Simulation, days: int, *, as_json: bool) -> None:
                 d.now,
                 d.proposed,
                 d.rule,
+                d.grant or "",
             ]
             for d in changed
         ],
     )
     echo(
         f"{summary['drafts']} drafts in the last {days} days: {summary['more']} would need more "
-        f"approvals, {summary['fewer']} fewer, {summary['same']} the same"
+        f"approvals, {summary['fewer']} fewer, {summary['same']} the same; "
+        f"{summary['granted']} covered by a standing grant"
         + (" (only the first 10,000 were judged)" if result.truncated else "")
     )
     for note in result.notes:
@@ -117,4 +130,5 @@ def _row(judged: Judged) -> dict[str, Any]:
         "now": judged.now,
         "proposed": judged.proposed,
         "rule": judged.rule,
+        "grant": judged.grant,
     }

@@ -19,6 +19,10 @@ from service.drafts import repository
 from service.drafts.models import Draft
 from service.drafts.policy import PolicyQuestion, applied_policies, as_proposed
 from service.drafts.schemas import amount_of
+from service.grants import repository as grants_repository
+from service.grants import terms
+from service.grants.models import Grant
+from service.grants.proof import statement_of
 from service.money import AmountView, Money
 from service.policies.schemas import PolicyConfig
 
@@ -37,6 +41,9 @@ class Judged:
     now: int  # under the policies configured now
     proposed: int  # under the proposed policies
     rule: str  # the proposed policy's rule, in words
+    # The standing grant that would have covered it under the proposed policies (its terms
+    # and window at the draft's creation; caps are not simulated), or None.
+    grant: str | None = None
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,11 @@ class Simulation:
         approvals of than the configured ones."""
         sign = {"more": 1, "fewer": -1, "same": 0}[compare]
         return sum(1 for d in self.drafts if (d.proposed > d.now) - (d.proposed < d.now) == sign)
+
+    @property
+    def granted(self) -> int:
+        """How many drafts a standing grant would have covered (one approval each)."""
+        return sum(1 for d in self.drafts if d.grant)
 
 
 def simulate(
@@ -66,6 +78,7 @@ def simulate(
     questions = [_question(draft) for draft in drafts]
     now = applied_policies(session, configured, questions, default_ttl_seconds=default_ttl_seconds)
     then = applied_policies(session, proposed, questions, default_ttl_seconds=default_ttl_seconds)
+    standing = grants_repository.listed_all(session, tenant=tenant)
     judged = [
         Judged(
             draft_id=draft.id,
@@ -78,10 +91,41 @@ def simulate(
             now=now[draft.id][0].approvals_required,
             proposed=then[draft.id][0].approvals_required,
             rule=then[draft.id][0].rule,
+            grant=_grant_for(draft, standing, proposed),
         )
         for draft in drafts
     ]
-    return Simulation(judged, truncated, _notes(configured, proposed))
+    notes = _notes(configured, proposed)
+    if any(j.grant for j in judged):
+        notes.append("grants: their caps and use counts are not simulated, only their terms")
+    return Simulation(judged, truncated, notes)
+
+
+def _grant_for(draft: Draft, grants: list[Grant], proposed: dict[str, PolicyConfig]) -> str | None:
+    """The first grant standing when the draft was proposed whose terms it fits, if the
+    proposed policy lets its action be granted (for that long)."""
+    policy = proposed.get(draft.action)
+    if policy is None or policy.grants is None:
+        return None
+    amount = _question(draft).amount
+    for grant in grants:
+        statement = statement_of(grant)
+        if statement is None or grant.tenant != draft.tenant or grant.action != draft.action:
+            continue
+        if grant.created_at > draft.created_at or (
+            grant.revoked_at is not None and grant.revoked_at <= draft.created_at
+        ):
+            continue
+        if grant.approver in (draft.proposed_by, draft.on_behalf_of):
+            continue
+        problem = (
+            terms.duration_problem(statement, policy.grants.max_seconds)
+            or terms.window_problem(statement, draft.created_at)
+            or terms.fit_problem(statement, draft, amount)
+        )
+        if problem is None:
+            return grant.id
+    return None
 
 
 def _question(draft: Draft) -> PolicyQuestion:

@@ -5,7 +5,8 @@
   with an expired lease because the worker died and the broker forgot);
 - ends executions that never started within their deadline (they never run late);
 - marks open drafts past their expiry as expired (deny by default);
-- forgets idempotency keys past their retention.
+- forgets idempotency keys past their retention;
+- escalates drafts waiting for approval past their policy's ``escalate_after_seconds``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from datetime import datetime, timedelta
 
 from sqlmodel import Session
 
+from service.approvals import oversight
 from service.audit import actions as audit
 from service.db import session_scope
 from service.drafts import repository as drafts_repository
@@ -35,6 +37,7 @@ class SweepReport:
     republished: int
     expired: int  # drafts past their expiry, and executions that never started in time
     idempotency_keys_removed: int = 0
+    escalated: int = 0  # drafts waiting past their policy's escalate_after_seconds
 
 
 def sweep(runtime: Runtime, publish: Publisher) -> SweepReport:
@@ -57,11 +60,14 @@ def sweep(runtime: Runtime, publish: Publisher) -> SweepReport:
             if expire_if_due(session, draft, now=now)
         )
         forgotten = drafts_repository.delete_expired_idempotency_keys(session, now=now)
+    with session_scope(engine) as session:
+        escalated = oversight.escalate_waiting(session, runtime.policies, now=now)
     return SweepReport(
         published=published,
         republished=republished,
         expired=expired + late,
         idempotency_keys_removed=forgotten,
+        escalated=escalated,
     )
 
 

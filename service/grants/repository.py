@@ -45,6 +45,14 @@ def listed(session: Session, tenant: str, *, limit: int) -> list[Grant]:
     return list(session.exec(statement).all())
 
 
+def listed_all(session: Session, *, tenant: str | None) -> list[Grant]:
+    """Every grant (of ``tenant``, or of all tenants), oldest first."""
+    statement = select(Grant).order_by(col(Grant.created_at), col(Grant.id))
+    if tenant is not None:
+        statement = statement.where(col(Grant.tenant) == tenant)
+    return list(session.exec(statement).all())
+
+
 def by_ids(session: Session, grant_ids: Collection[str]) -> dict[str, Grant]:
     if not grant_ids:
         return {}

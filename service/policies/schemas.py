@@ -69,6 +69,20 @@ class GrantRules(BaseModel):
     )
 
 
+class OversightRules(BaseModel):
+    """How careful review is watched for an action (docs/metrics.md, "Oversight"): an
+    approver who decides ``flag_after`` drafts within ``window_seconds`` each faster than
+    ``min_dwell_seconds`` (or without opening them) is flagged in the audit log, and a draft
+    still waiting after ``escalate_after_seconds`` is escalated (a webhook event)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_dwell_seconds: int = Field(default=5, ge=1, le=3_600)
+    flag_after: int = Field(default=5, ge=2, le=1_000)
+    window_seconds: int = Field(default=600, ge=60, le=86_400)
+    escalate_after_seconds: int | None = Field(default=None, ge=60, le=30 * 86_400)
+
+
 class PolicyConfig(BaseModel):
     """One action's policy, as written in configuration.
 
@@ -83,6 +97,7 @@ class PolicyConfig(BaseModel):
     tiers: list[Tier] | dict[str, list[Tier]]
     cumulative: Cumulative | None = None
     grants: GrantRules | None = None
+    oversight: OversightRules | None = None
 
     @field_validator("tiers")
     @classmethod

@@ -28,6 +28,9 @@ ANNOUNCED_BY: dict[str, tuple[str, ...]] = {
     "draft.rejected": ("draft.rejected",),
     # Past its expiry, or its execution never started before the deadline.
     "draft.expired": ("draft.expired",),
+    # Still waiting for approval past its policy's escalate_after_seconds (docs/metrics.md,
+    # "Oversight"): for a second group of approvers to pick it up.
+    "draft.escalated": ("draft.escalated",),
     "execution.succeeded": ("execution.succeeded",),
     # A final failure: a business failure, retries used up, or refused at claim time
     # (its approvals did not verify, or its action or contract changed).

@@ -159,6 +159,9 @@ EXPECTED: dict[tuple[str, str], Public | Guarded] = {
     ("POST", "/v1/drafts/{draft_id}/approvals"): Guarded(
         "approval", APPROVER, 201, "approvable", "DRAFT_UNAVAILABLE"
     ),
+    ("POST", "/v1/drafts/{draft_id}/views"): Guarded(
+        "draft_view", APPROVER, 204, "draft", "DRAFT_UNAVAILABLE"
+    ),
     ("POST", "/v1/drafts/{draft_id}/narrow"): Guarded(
         "narrowing", APPROVER, 201, "narrowable", "DRAFT_UNAVAILABLE"
     ),
@@ -441,6 +444,7 @@ def _body(world: World, cell: Cell, name: str) -> Any:
         "admin.enrolment_reject": lambda: {"reason": "not a key this approver made"},
         "admin.key_register": lambda: {"approver": "bob", "public_key": fresh_key()},
         "grants.statement": lambda: {**GRANT_TERMS, "duration_seconds": 3_600},
+        "draft_view": lambda: {"revision": 1, "seen": ["params"]},
         "admin.token_issue": lambda: {
             "subject": f"auditor-{secrets.token_hex(3)}",
             "role": "auditor",
@@ -792,6 +796,7 @@ SUCCESS: dict[str, Callable[[World, Cell, httpx.Response, State], None]] = {
     "drafts.read": _ok_draft,
     "approval": _ok_approval,
     "narrowing": _ok_approval,
+    "draft_view": lambda world, cell, response, before: None,  # 204: nothing to read
     "execution": _ok_execution,
     "execution.read": _ok_execution_read,
     "audit.query": _ok_events,
@@ -1635,6 +1640,7 @@ CONSOLE_ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/console/drafts/{draft_id}/approvals"): WRITE,
     ("POST", "/console/drafts/{draft_id}/execute"): WRITE,
     ("POST", "/console/drafts/{draft_id}/narrow"): WRITE,
+    ("POST", "/console/drafts/{draft_id}/views"): WRITE,
     ("GET", "/console/executions/{execution_id}"): READ,
     ("GET", "/console/events"): READ,
     ("GET", "/console/executions/{execution_id}/events"): READ,
@@ -1645,6 +1651,7 @@ CONSOLE_ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/console/approvals/batch/statement"): WRITE,
     ("POST", "/console/approvals/batch"): WRITE,
     ("GET", "/console/grants"): PAGE,
+    ("GET", "/console/oversight"): PAGE,
     ("POST", "/console/grants/statement"): WRITE,
     ("POST", "/console/grants"): WRITE,
     ("POST", "/console/grants/{grant_id}/revoke"): FORM_POST,

@@ -87,6 +87,7 @@ SERVED = {
     "drafts_read": REVIEWERS,
     "approval": APPROVERS,
     "narrowing": APPROVERS,
+    "draft_view": APPROVERS,
     "execution": APPROVERS,
     "execution_read": REVIEWERS,
     "audit_query": AUDITORS,

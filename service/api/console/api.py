@@ -76,6 +76,14 @@ def submit_approval(
     return JSONResponse({"draft": detail.model_dump(mode="json")})
 
 
+@router.post("/drafts/{draft_id}/views", status_code=204, name="console.draft_view")
+def record_view(draft_id: DraftId, session: Unit, caller: Writer, body: JsonBody) -> Response:
+    """The card is on screen (and which sections were read): POST /v1/drafts/{id}/views."""
+    return v1_drafts.record_view(
+        draft_id=draft_id, session=session, principal=caller.principal, body=body
+    )
+
+
 @router.post("/drafts/{draft_id}/narrow", name="console.narrowing")
 def narrow(
     draft_id: DraftId,

@@ -18,7 +18,7 @@ from service.db import read_scope
 from service.drafts.errors import draft_unavailable
 from service.drafts.schemas import DRAFT_ID_PATTERN
 from service.principal import Role
-from service.sessions import auditing
+from service.sessions import auditing, oversight
 from service.sql import utcnow
 
 router = APIRouter(prefix="/console", include_in_schema=False, route_class=PageRoute)
@@ -74,3 +74,9 @@ def draft_timeline(
         raise draft_unavailable()  # the same answer as a draft that is not there
     timeline = auditing.draft_timeline(session, caller.principal, draft_id)
     return render(request, "audit_draft.html", caller, timeline=timeline)
+
+
+@router.get("/oversight", name="console.oversight")
+def oversight_page(request: Request, session: PageReadUnit, caller: PageCaller) -> HTMLResponse:
+    view = oversight.summary(session, caller.principal, now=utcnow())
+    return render(request, "oversight.html", caller, view=view)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, BackgroundTasks, Path, Query
+from fastapi import APIRouter, BackgroundTasks, Path, Query, Response
 
 from service.api.deps import (
     Approver,
@@ -19,7 +19,8 @@ from service.api.deps import (
 )
 from service.api.errors import problems
 from service.approvals import actions as approvals
-from service.approvals import narrowing
+from service.approvals import narrowing, oversight
+from service.approvals.oversight import ViewReport
 from service.approvals.schemas import ApprovalRequest, NarrowRequest
 from service.drafts import review
 from service.drafts.models import DraftStatus
@@ -109,6 +110,25 @@ def submit_approval(
         trace_id=trace_id,
     )
     return review.get_detail(session, principal, draft_id, runtime=runtime, now=now)
+
+
+@router.post(
+    "/{draft_id}/views",
+    summary="Say that the current revision is in front of you (and which sections you read)",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": input_schema(ViewReport)}},
+        }
+    },
+    status_code=204,
+    name="draft_view",
+    responses=problems(400, 401, 403, 404),
+)
+def record_view(draft_id: DraftId, session: Unit, principal: Approver, body: JsonBody) -> Response:
+    report = parse(ViewReport, body if isinstance(body, dict) else {"body": body})
+    oversight.record_view(session, principal, draft_id, report, now=utcnow())
+    return Response(status_code=204)
 
 
 @router.post(

@@ -935,7 +935,8 @@ def test_without_a_terminal_and_without_yes_nothing_is_signed_and_it_says_how_to
     assert "Aborted" not in result.stdout + result.stderr
     assert "stdin is not a terminal" in result.stderr
     assert "pass --yes to sign without being asked" in result.stderr
-    assert [method for method, _ in received] == ["GET"]  # shown, never posted
+    # shown, never signed (the view report says it was on the terminal: not a decision)
+    assert [method for method, path in received if not path.endswith("/views")] == ["GET"]
 
 
 # --- what an agent wrote cannot draw on the approver's terminal (defence in depth) ------------
@@ -1018,7 +1019,7 @@ def test_approve_shows_hostile_text_as_visible_escapes_before_asking(
     assert result.exit_code == 1  # answered no
     assert "Sign this approve of revision 2?" in result.stdout
     assert_inert(result.stdout)
-    assert [method for method, _ in received] == ["GET"]
+    assert [method for method, path in received if not path.endswith("/views")] == ["GET"]
 
 
 def test_trace_prints_hostile_text_as_visible_escapes(monkeypatch):

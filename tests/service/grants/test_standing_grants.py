@@ -20,7 +20,7 @@ from mcp_adapter.tools import ToolDoor
 from service.approvals import progress
 from service.config import DEFAULT_POLICIES
 from service.db import session_scope
-from service.drafts import review
+from service.drafts import review, simulation
 from service.drafts.models import Draft, DraftStatus
 from service.drafts.schemas import DraftDetail
 from service.errors import DomainError
@@ -257,3 +257,34 @@ def test_a_grant_may_not_start_further_ahead_than_it_may_stand(runtime, demo):
 
 def ago(seconds: int) -> str:
     return rfc3339_seconds(utcnow() - timedelta(seconds=seconds))
+
+
+def test_policies_simulate_says_which_grant_would_have_covered_a_draft(runtime, demo, door, orders):
+    grant = grant_in_core(runtime, demo, **SMALL, **A_DAY)
+    small, large = refund(door, orders, 1_500), refund(door, orders, 2_500)
+    with session_scope(runtime.engine) as session:
+        result = simulation.simulate(
+            session,
+            runtime.policies,
+            runtime.policies,
+            since=utcnow() - timedelta(days=1),
+            tenant="demo",
+            default_ttl_seconds=86_400,
+        )
+    covered = {d.draft_id: d.grant for d in result.drafts}
+    assert (covered[small], covered[large]) == (grant, None)
+    assert result.granted == 1
+    without = {
+        **runtime.policies,
+        "refund": runtime.policies["refund"].model_copy(update={"grants": None}),
+    }
+    with session_scope(runtime.engine) as session:
+        again = simulation.simulate(
+            session,
+            runtime.policies,
+            without,
+            since=utcnow() - timedelta(days=1),
+            tenant="demo",
+            default_ttl_seconds=86_400,
+        )
+    assert again.granted == 0  # a policy that grants nothing: no grant would cover it

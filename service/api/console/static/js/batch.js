@@ -68,6 +68,11 @@ async function review() {
         return line;
       }),
     );
+    // Oversight: each draft of the batch is in front of the approver now (its summary).
+    for (const item of offered.items) {
+      const url = `/console/drafts/${encodeURIComponent(item.draft_id)}/views`;
+      postJson(url, { revision: item.revision, seen: [] }).catch(() => {});
+    }
     element("batch-totals").textContent =
       offered.totals.map((total) => total.display).join(", ") || "no amount";
     offer = offered;

@@ -155,6 +155,33 @@ async function narrow(draft) {
   window.location.reload(); // a new revision: what is shown must be what is signed next
 }
 
+/** Oversight (docs/metrics.md): the revision is on screen, and which of its sections the
+ * approver has had in view (the params, the record it changes). A measure, never a gate: a
+ * report that fails changes nothing else. */
+function reportViews(draft) {
+  if (draft.status !== "proposed" || !document.getElementById("decide")) {
+    return;
+  }
+  const url = `/console/drafts/${encodeURIComponent(draft.draft_id)}/views`;
+  const report = (seen) => postJson(url, { revision: draft.revision, seen }).catch(() => {});
+  report([]);
+  const sections = { params: element("params"), source: element("world") };
+  const observer = new IntersectionObserver((entries) => {
+    for (const entry of entries) {
+      if (entry.isIntersecting) {
+        const seen = Object.keys(sections).find((name) => sections[name] === entry.target);
+        observer.unobserve(entry.target);
+        report([seen]);
+      }
+    }
+  }, { threshold: 0.5 });
+  for (const section of Object.values(sections)) {
+    if (section) {
+      observer.observe(section);
+    }
+  }
+}
+
 function showExecute() {
   const button = element("execute");
   if (button) {
@@ -336,6 +363,7 @@ async function wireCard() {
     guarded(() => execute(draft), "execution-status"),
   );
   element("narrow-button")?.addEventListener("click", guarded(() => narrow(draft)));
+  reportViews(draft);
   if (draft.execution_id && !FINISHED.has(draft.execution_status)) {
     follow(draft, draft.execution_id);
   } else if (draft.status === "approved") {
