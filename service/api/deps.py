@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
 from sqlalchemy import Engine
 from sqlmodel import Session
 
@@ -26,7 +27,9 @@ from service.principal import Principal, Role
 from service.runtime import Runtime
 from service.tokens.authentication import authenticate_presented
 from service.tracing import trace_id_from
-from service.validation import load_json
+from service.validation import input_schema, load_json, parse
+
+M = TypeVar("M", bound=BaseModel)
 
 DOOR = "http"
 _bearer = HTTPBearer(auto_error=False)
@@ -78,6 +81,19 @@ async def read_json_body(request: Request, runtime: RuntimeDep) -> Any:
 
 
 JsonBody = Annotated[Any, Depends(read_json_body)]
+
+
+def request_body(model: type[BaseModel] | dict[str, Any]) -> dict[str, Any]:
+    """``openapi_extra`` of a route that parses its JSON body itself (``parse``, so a refusal
+    is INVALID_ARGUMENT): the body's schema, from a model or as given."""
+    schema = model if isinstance(model, dict) else input_schema(model)
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def parse_body(model: type[M], body: Any) -> M:
+    """The JSON body as ``model``, or INVALID_ARGUMENT naming what is wrong (a body that is
+    not an object is one)."""
+    return parse(model, body if isinstance(body, dict) else {"body": body})
 
 
 def get_principal(

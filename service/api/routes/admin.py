@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Response
 from pydantic import BaseModel
 
-from service.api.deps import JsonBody, Unit, principal_with
+from service.api.deps import JsonBody, Unit, principal_with, request_body
 from service.api.errors import problems
 from service.errors import invalid_argument, permission_denied
 from service.keys import admin, enrolments
@@ -44,10 +44,6 @@ API_ISSUED_ROLES = (Role.AGENT, Role.AUDITOR)
 
 class TokenList(BaseModel):
     tokens: list[TokenInfo]
-
-
-def _body(schema: dict[str, object]) -> dict[str, object]:
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
 def _object(body: object) -> dict[str, object]:
@@ -94,7 +90,7 @@ def approve_enrolment(enrolment_id: EnrolmentId, session: Unit, principal: Admin
 @router.post(
     "/key-enrolments/{enrolment_id}/reject",
     summary="Reject an enrolment, with a reason: nothing becomes usable",
-    openapi_extra=_body(input_schema(EnrolmentDecision)),
+    openapi_extra=request_body(EnrolmentDecision),
     name="admin.enrolment_reject",
     responses=problems(400, 401, 403, 404, 409),
 )
@@ -110,7 +106,7 @@ def reject_enrolment(
 @router.post(
     "/keys",
     summary="Register an approver's Ed25519 public key (active at once)",
-    openapi_extra=_body(input_schema(AdminKeyRegistration)),
+    openapi_extra=request_body(AdminKeyRegistration),
     status_code=201,
     name="admin.key_register",
     responses=problems(400, 401, 403, 409),
@@ -164,7 +160,7 @@ def list_tokens(session: Unit, principal: Admin) -> TokenList:
 @router.post(
     "/tokens",
     summary="Issue an agent or auditor token in your tenant; its secret is in this answer only",
-    openapi_extra=_body(
+    openapi_extra=request_body(
         {
             "type": "object",
             "properties": {

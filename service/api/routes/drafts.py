@@ -15,6 +15,8 @@ from service.api.deps import (
     RuntimeDep,
     TraceIdDep,
     Unit,
+    parse_body,
+    request_body,
     text_query,
 )
 from service.api.errors import problems
@@ -29,17 +31,10 @@ from service.executions import actions as executions
 from service.executions.outbox import publish_pending
 from service.executions.schemas import ExecutionAccepted
 from service.sql import utcnow
-from service.validation import input_schema, parse
 
 router = APIRouter(prefix="/v1/drafts", tags=["drafts"])
 
 DraftId = Annotated[str, Path(pattern=DRAFT_ID_PATTERN, description="dft_ + 32 hex digits.")]
-APPROVAL_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": input_schema(ApprovalRequest)}},
-    }
-}
 
 
 @router.get(
@@ -84,7 +79,7 @@ def get_draft(
 @router.post(
     "/{draft_id}/approvals",
     summary="Approve or reject the current revision with a signed statement",
-    openapi_extra=APPROVAL_BODY,
+    openapi_extra=request_body(ApprovalRequest),
     status_code=201,
     name="approval",
     responses=problems(400, 401, 403, 404, 409),
@@ -98,7 +93,7 @@ def submit_approval(
     body: JsonBody,
 ) -> DraftDetail:
     # The body is parsed by the core, not by FastAPI, so its refusal is INVALID_ARGUMENT.
-    request = parse(ApprovalRequest, body if isinstance(body, dict) else {"body": body})
+    request = parse_body(ApprovalRequest, body)
     now = utcnow()
     approvals.submit(
         session,
@@ -115,18 +110,13 @@ def submit_approval(
 @router.post(
     "/{draft_id}/views",
     summary="Say that the current revision is in front of you (and which sections you read)",
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": input_schema(ViewReport)}},
-        }
-    },
+    openapi_extra=request_body(ViewReport),
     status_code=204,
     name="draft_view",
     responses=problems(400, 401, 403, 404),
 )
 def record_view(draft_id: DraftId, session: Unit, principal: Approver, body: JsonBody) -> Response:
-    report = parse(ViewReport, body if isinstance(body, dict) else {"body": body})
+    report = parse_body(ViewReport, body)
     oversight.record_view(session, principal, draft_id, report, now=utcnow())
     return Response(status_code=204)
 
@@ -134,12 +124,7 @@ def record_view(draft_id: DraftId, session: Unit, principal: Approver, body: Jso
 @router.post(
     "/{draft_id}/narrow",
     summary="Narrow the current revision (a lower amount) and approve the narrowed revision",
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": input_schema(NarrowRequest)}},
-        }
-    },
+    openapi_extra=request_body(NarrowRequest),
     status_code=201,
     name="narrowing",
     responses=problems(400, 401, 403, 404, 409),
@@ -152,7 +137,7 @@ def narrow(
     trace_id: TraceIdDep,
     body: JsonBody,
 ) -> DraftDetail:
-    request = parse(NarrowRequest, body if isinstance(body, dict) else {"body": body})
+    request = parse_body(NarrowRequest, body)
     now = utcnow()
     narrowing.narrow(
         session,

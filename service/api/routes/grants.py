@@ -14,29 +14,21 @@ from service.api.deps import (
     RuntimeDep,
     TraceIdDep,
     Unit,
+    parse_body,
     principal_with,
+    request_body,
 )
 from service.api.errors import problems
 from service.grants import actions as grants
 from service.grants.schemas import GrantPage, GrantRequest, GrantTerms, GrantToSign, GrantView
 from service.principal import Principal, Role
 from service.sql import utcnow
-from service.validation import input_schema, parse
 
 router = APIRouter(prefix="/v1/grants", tags=["grants"])
 
 GrantId = Annotated[str, Path(pattern=r"^grt_[0-9a-f]{32}$", description="grt_ + 32 hex.")]
 Revoker = Annotated[Principal, Depends(principal_with(Role.APPROVER, Role.ADMIN))]
 Lister = Annotated[Principal, Depends(principal_with(Role.APPROVER, Role.AUDITOR, Role.ADMIN))]
-
-
-def _body(model: type) -> dict[str, object]:
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": input_schema(model)}},
-        }
-    }
 
 
 @router.get(
@@ -52,21 +44,21 @@ def list_grants(session: ReadUnit, principal: Lister) -> GrantPage:
 @router.post(
     "/statement",
     summary="The grant statement to sign for the terms asked, and what it says in words",
-    openapi_extra=_body(GrantTerms),
+    openapi_extra=request_body(GrantTerms),
     name="grants.statement",
     responses=problems(400, 401, 403),
 )
 def grant_statement(
     session: ReadUnit, runtime: RuntimeDep, principal: Approver, body: JsonBody
 ) -> GrantToSign:
-    asked = parse(GrantTerms, body if isinstance(body, dict) else {"body": body})
+    asked = parse_body(GrantTerms, body)
     return grants.to_sign(session, principal, asked, runtime=runtime, now=utcnow())
 
 
 @router.post(
     "",
     summary="Record a standing grant you signed",
-    openapi_extra=_body(GrantRequest),
+    openapi_extra=request_body(GrantRequest),
     status_code=201,
     name="grants.create",
     responses=problems(400, 401, 403, 409),
@@ -75,7 +67,7 @@ def create_grant(
     session: Unit, runtime: RuntimeDep, principal: Approver, trace_id: TraceIdDep, body: JsonBody
 ) -> GrantView:
     # The body is parsed by the core, not by FastAPI, so its refusal is INVALID_ARGUMENT.
-    request = parse(GrantRequest, body if isinstance(body, dict) else {"body": body})
+    request = parse_body(GrantRequest, body)
     return grants.create(
         session, principal, request, runtime=runtime, now=utcnow(), trace_id=trace_id
     )

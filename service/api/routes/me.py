@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.api.deps import Approver, JsonBody, ReadUnit, RuntimeDep, Unit
+from service.api.deps import (
+    Approver,
+    JsonBody,
+    ReadUnit,
+    RuntimeDep,
+    Unit,
+    request_body,
+)
 from service.api.errors import problems
 from service.keys import enrolments, passkeys
 from service.keys.schemas import (
@@ -16,18 +23,9 @@ from service.keys.schemas import (
     RegistrationOptions,
 )
 from service.sql import utcnow
-from service.validation import input_schema, parse
+from service.validation import parse
 
 router = APIRouter(prefix="/v1/me", tags=["credentials"])
-
-
-def _body(model: type) -> dict[str, object]:
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": input_schema(model)}},
-        }
-    }
 
 
 def _object(body: object) -> dict[str, object]:
@@ -61,7 +59,7 @@ def registration_options(
 @router.post(
     "/passkeys",
     summary="Register the passkey you created; an admin approves it before it signs",
-    openapi_extra=_body(PasskeyRegistrationRequest),
+    openapi_extra=request_body(PasskeyRegistrationRequest),
     status_code=201,
     name="passkey.enrolment",
     responses=problems(400, 401, 403, 409),
@@ -78,7 +76,7 @@ def enrol_passkey(
 @router.post(
     "/key-enrolments",
     summary="Enrol an Ed25519 public key you made; an admin approves it before it signs",
-    openapi_extra=_body(KeyEnrolmentRequest),
+    openapi_extra=request_body(KeyEnrolmentRequest),
     status_code=201,
     name="key.enrolment",
     responses=problems(400, 401, 403, 409),

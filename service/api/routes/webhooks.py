@@ -6,11 +6,18 @@ from typing import Annotated
 
 from fastapi import APIRouter, BackgroundTasks, Depends, Path, Query, Response
 
-from service.api.deps import JsonBody, PublisherDep, ReadUnit, RuntimeDep, Unit, principal_with
+from service.api.deps import (
+    JsonBody,
+    PublisherDep,
+    ReadUnit,
+    RuntimeDep,
+    Unit,
+    principal_with,
+    request_body,
+)
 from service.api.errors import problems
 from service.principal import Principal, Role
 from service.sql import utcnow
-from service.validation import input_schema
 from service.webhooks import actions as webhooks
 from service.webhooks.outbox import publish_due
 from service.webhooks.schemas import (
@@ -27,19 +34,13 @@ router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
 
 Admin = Annotated[Principal, Depends(principal_with(Role.ADMIN))]
 EndpointId = Annotated[str, Path(pattern=ENDPOINT_ID_PATTERN, description="whk_ + 24 hex digits.")]
-CREATE_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": input_schema(EndpointCreate)}},
-    }
-}
 
 
 @router.post(
     "",
     summary="Add a webhook endpoint; the answer shows its signing secret, once",
     status_code=201,
-    openapi_extra=CREATE_BODY,
+    openapi_extra=request_body(EndpointCreate),
     name="webhooks.create",
     responses=problems(400, 401, 403),
 )

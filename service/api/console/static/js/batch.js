@@ -4,8 +4,7 @@
 // nothing. The browser refuses a statement that names other drafts than those ticked, or
 // whose totals are not what the drafts shown add up to, before anything is signed.
 
-import { canonicalBytes } from "./jcs.js";
-import { consoleData, postJson, showProblem, signWith, storedKey } from "./keys.js";
+import { postJson, showProblem, signAndPost } from "./keys.js";
 
 let offer = null;
 
@@ -87,18 +86,14 @@ async function sign() {
   if (!offer) {
     return;
   }
-  const data = consoleData();
-  const key = await storedKey(data.tenant, data.subject);
-  if (!key) {
-    status("no signing key in this browser: import or generate one first (Keys & passkeys)");
-    return;
-  }
-  const statement = { ...offer.statement, key_id: key.key_id };
   element("batch-sign").disabled = true;
   status("sending your signed batch…");
   try {
-    const body = { statement, signature: await signWith(key, canonicalBytes(statement)) };
-    const result = await postJson("/console/approvals/batch", body);
+    const result = await signAndPost("/console/approvals/batch", offer.statement);
+    if (result === null) {
+      status("no signing key in this browser: import or generate one first (Keys & passkeys)");
+      return;
+    }
     const approved = result.drafts.filter((draft) => draft.status === "approved").length;
     status(`signed: ${result.drafts.length} drafts, ${approved} approved`);
     element("batch-offer").hidden = true;

@@ -5,8 +5,7 @@
 // (a member added, dropped or changed) is refused before anything is signed, as the CLI's
 // `grants create` refuses it.
 
-import { canonicalBytes } from "./jcs.js";
-import { consoleData, postJson, showProblem, signWith, storedKey } from "./keys.js";
+import { postJson, showProblem, signAndPost } from "./keys.js";
 import { minorUnits } from "./money.js";
 
 const FIXED = new Set(["type", "tenant", "approver", "key_id", "not_before", "expires_at", "issued_at"]);
@@ -79,18 +78,15 @@ async function sign() {
   if (!offer) {
     return;
   }
-  const data = consoleData();
-  const key = await storedKey(data.tenant, data.subject);
-  if (!key) {
-    status("no signing key in this browser: import or generate one first (Keys & passkeys)");
-    return;
-  }
-  const statement = { ...offer.statement, key_id: key.key_id };
   element("grant-sign").disabled = true;
   status("sending your signed grant…");
   try {
-    const body = { statement, signature: await signWith(key, canonicalBytes(statement)) };
-    const created = await postJson("/console/grants", body);
+    const created = await signAndPost("/console/grants", offer.statement);
+    if (created === null) {
+      status("no signing key in this browser: import or generate one first (Keys & passkeys)");
+      element("grant-sign").disabled = false;
+      return;
+    }
     status(`granted ${created.grant_id}`);
     window.location.reload();
   } catch (error) {

@@ -6,7 +6,7 @@
 // read once to learn its public half (key id), then imported again non-extractable; only
 // that second key is stored.
 
-import { sha256Hex } from "./jcs.js";
+import { canonicalBytes, sha256Hex } from "./jcs.js";
 
 const DB_NAME = "draftgate";
 const STORE = "keys";
@@ -211,6 +211,20 @@ export async function generateAndEnrol({ tenant, subject, label }) {
 /** base64url of the Ed25519 signature over ``bytes`` with a stored key. */
 export async function signWith(record, bytes) {
   return b64url(await crypto.subtle.sign(ED25519, record.private_key, bytes));
+}
+
+/**
+ * Sign ``statement`` with this browser's key of the signed-in approver (its ``key_id`` set to
+ * that key's) and post it with the signature to ``url``; null when this browser holds no key.
+ */
+export async function signAndPost(url, statement) {
+  const data = consoleData();
+  const key = await storedKey(data.tenant, data.subject);
+  if (!key) {
+    return null;
+  }
+  const signed = { ...statement, key_id: key.key_id };
+  return postJson(url, { statement: signed, signature: await signWith(key, canonicalBytes(signed)) });
 }
 
 // --- the keys page --------------------------------------------------------------------
