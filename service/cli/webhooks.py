@@ -18,13 +18,14 @@ app = typer.Typer(
 
 EVENTS_HELP = (
     "An event to subscribe to (repeat it): draft.proposed, draft.approved, draft.rejected, "
-    "draft.expired, execution.succeeded, execution.failed. Default: all of them."
+    "draft.expired, draft.escalated, execution.succeeded, execution.failed. Default: all of them."
 )
 ALL_EVENTS = [
     "draft.proposed",
     "draft.approved",
     "draft.rejected",
     "draft.expired",
+    "draft.escalated",
     "execution.succeeded",
     "execution.failed",
 ]
