@@ -69,7 +69,12 @@ def as_operator(work: Callable[[Session], T]) -> T:
 
 def fail(error: DomainError | str) -> NoReturn:
     message = f"{error.code}: {error.message}" if isinstance(error, DomainError) else error
-    echo(f"error: {message}", err=True)  # a server's message may quote what an agent wrote
+    # A message of several lines (a file's problems, one per line) is printed as lines, each
+    # made inert: a server's message may quote what an agent wrote.
+    first, *more = message.split("\n")
+    echo(f"error: {first}", err=True)
+    for line in more:
+        echo(f"  | {line}", err=True)
     raise typer.Exit(code=1)
 
 

@@ -34,6 +34,10 @@ PERSONAL = re.compile(
     r"|(customer|first|last|full|given|family)_?name)",
     re.I,
 )
+# What the gateway file may list per action (service.gateway.http: response_fields); a
+# description that documents more (GitHub's issue has 391 leaves) is cut by one stated rule,
+# shallowest fields first, in the document's order, so the file loads and says what it left.
+MAX_RESPONSE_FIELDS = 50
 MINOR_AMOUNT = re.compile(r"^(amount_?(minor|cents)|.*_(cents|minor))$", re.I)
 MAJOR_AMOUNT = re.compile(r"^(amount|price|total)$", re.I)
 
@@ -186,6 +190,7 @@ def _parameters(operation: Operation, resolver: Resolver) -> _Arguments:
 def _action(operation: Operation, kind: Kind, resolver: Resolver) -> _Block:
     spec = operation.spec
     where = f"operation {operation.operation_id}"
+    narrowed = len(resolver.narrowed)
     arguments = _parameters(operation, resolver)
     properties, required, query, hints = (
         arguments.properties,
@@ -213,12 +218,17 @@ def _action(operation: Operation, kind: Kind, resolver: Resolver) -> _Block:
         declaration["request"]["query"] = query
     if body is not None:
         declaration["request"]["body"] = body
-    fields = _response_fields(spec, resolver)
+    documented = _response_fields(spec, resolver)
+    fields = shallowest(documented, MAX_RESPONSE_FIELDS)
     personal = [f for f in fields if PERSONAL.search(f.split(".")[-1].split("[")[0])]
     if kind == "read" or fields:
         declaration["response_fields"] = fields
         hints.append(
             "response_fields: every field the API documents; keep only what the agent needs"
+            if fields and len(fields) == len(documented)
+            else f"response_fields: the {len(fields)} shallowest of the {len(documented)} "
+            "fields the API documents (at most "
+            f"{MAX_RESPONSE_FIELDS}); keep only what the agent needs, add what it lacks"
             if fields
             else "the documented response has no fields: list what the agent may see"
         )
@@ -234,6 +244,9 @@ def _action(operation: Operation, kind: Kind, resolver: Resolver) -> _Block:
         else:
             hints.append(money_hint)
         hints.append("summary: what an approver reads and signs over; say what the change does")
+    hints += [
+        f"input: {note}; check it is the one to offer" for note in resolver.narrowed[narrowed:]
+    ]
     return _Block(declaration, hints, arguments.authenticated)
 
 
@@ -280,6 +293,14 @@ def _request_body(
         if name in (schema.get("required") or []):
             required.append(argument)
     return mapping
+
+
+def shallowest(fields: list[str], limit: int) -> list[str]:
+    """At most ``limit`` of ``fields``: the shallowest first (fewest ``.`` and ``[*]``), each
+    depth in the document's order; the kept ones stay in the document's order."""
+    depth = {field: field.count(".") + field.count("[*]") for field in fields}
+    kept = set(sorted(fields, key=lambda f: (depth[f], fields.index(f)))[:limit])
+    return [field for field in fields if field in kept]
 
 
 def _response_fields(spec: Mapping[str, Any], resolver: Resolver) -> list[str]:

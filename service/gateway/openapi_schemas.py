@@ -22,6 +22,9 @@ class Resolver:
     def __init__(self, document: Mapping[str, Any], source: str) -> None:
         self.document = document
         self.source = source
+        # The unions of request schemas narrowed to their first option (the gateway takes one
+        # type per field): the importer tells the operator each one.
+        self.narrowed: list[str] = []
 
     def target(self, reference: str, seen: tuple[str, ...]) -> Any:
         if not reference.startswith("#/"):
@@ -74,7 +77,29 @@ class Resolver:
                 result[key] = self.schema(value, seen, request=request)
         if request and "required" in result and "properties" in result:
             result["required"] = [r for r in result["required"] if r in result["properties"]]
-        return json_schema(result)
+        result = json_schema(result)
+        return self._one_type(result) if request else result
+
+    def _one_type(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """A union of several schemas (``oneOf: [string, integer]``) narrowed to its first,
+        null kept: a field the gateway validates has one type."""
+        for keyword in ("oneOf", "anyOf"):
+            options = schema.get(keyword)
+            if not isinstance(options, list):
+                continue
+            others = [o for o in options if o != {"type": "null"}]
+            if len(others) < 2 or not isinstance(others[0], dict):
+                continue
+            first = others[0]
+            self.narrowed.append(
+                f"a {keyword} of {len(others)} schemas was narrowed to its first "
+                f"({schema_type(first) or 'an object'})"
+            )
+            rest = {k: v for k, v in schema.items() if k != keyword}
+            if len(others) == len(options):
+                return {**first, **rest}
+            return {**rest, keyword: [first, {"type": "null"}]}
+        return schema
 
 
 def json_schema(schema: dict[str, Any]) -> dict[str, Any]:

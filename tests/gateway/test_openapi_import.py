@@ -15,7 +15,12 @@ from service.gateway.errors import GatewayError
 from service.gateway.http_actions import HttpRead, HttpWrite
 from service.gateway.openapi import declaration_text
 from tests.gateway.test_http_actions import actions_of
-from tests.gateway.upstreams.processes import HttpService
+from tests.gateway.upstreams.processes import (
+    OCTOKIT_OPENAPI,
+    UPSTREAMS_DIR,
+    HttpService,
+    install_npm_upstreams,
+)
 from tests.support.cli import run
 
 OPERATIONS = ["get_invoice", "list_invoices", "create_refund", "send_reminder"]
@@ -272,3 +277,36 @@ def test_a_document_from_a_file_without_servers_says_the_base_url_is_a_placehold
     assert result.exit_code == 0, result.stderr
     assert "base_url: http://127.0.0.1:8000\n" in result.stdout
     assert "# the document names no server: replace base_url" in result.stdout
+
+
+@pytest.mark.full  # GitHub's whole description: 13 MB, a second or two
+def test_githubs_published_description_imports_issue_operations_that_gateway_check_accepts(
+    tmp_path,
+):
+    """Issue 24.6: ``api.github.com.json`` of npm's ``@octokit/openapi`` (pinned by the
+    upstreams' lock file), three issue operations. Its issue answer documents 391 fields and
+    its ``title`` is ``oneOf: [string, integer]``: the importer keeps the 50 shallowest fields
+    and the first type, says so in the file, and the file loads."""
+    install_npm_upstreams()
+    document = (
+        UPSTREAMS_DIR / "node_modules" / OCTOKIT_OPENAPI / "generated" / "api.github.com.json"
+    )
+    output = tmp_path / "github.yaml"
+    operations = ["issues/create", "issues/get", "issues/create-comment"]
+
+    result = run(
+        "gateway", "import-openapi", str(document),
+        *[arg for op in operations for arg in ("--operation", op)],
+        "--namespace", "github", "--output", str(output),
+    )  # fmt: skip
+
+    assert result.exit_code == 0, result.stderr
+    text = output.read_text(encoding="utf-8")
+    assert "the 50 shallowest of the 391 fields the API documents" in text
+    assert "was narrowed to its first (string)" in text
+    checked = run("gateway", "check", "--file", str(output))
+    assert checked.exit_code == 0, checked.stderr
+    assert "propose_github_issues_create " in checked.stdout
+    assert "github_issues_get " in checked.stdout
+    declared = yaml.safe_load(text)["http"][0]["actions"]
+    assert len(declared["issues_get"]["response_fields"]) == 50

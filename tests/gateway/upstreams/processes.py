@@ -34,7 +34,10 @@ ROOT = Path(__file__).resolve().parents[3]
 UPSTREAMS_DIR = Path(__file__).resolve().parent
 MEMORY_SERVER = "@modelcontextprotocol/server-memory"
 EVERYTHING_SERVER = "@modelcontextprotocol/server-everything"
-NPM_SERVERS = (MEMORY_SERVER, EVERYTHING_SERVER)  # tests/gateway/upstreams/package.json
+NPM_SERVERS = (MEMORY_SERVER, EVERYTHING_SERVER)
+# GitHub's published OpenAPI description (13 MB), for the importer (issue 24.6).
+OCTOKIT_OPENAPI = "@octokit/openapi"
+NPM_PACKAGES = (*NPM_SERVERS, OCTOKIT_OPENAPI)  # tests/gateway/upstreams/package.json
 READY_TIMEOUT_SECONDS = 30
 
 
@@ -168,7 +171,7 @@ def install_npm_upstreams() -> None:
 
 
 def _npm_installed() -> bool:
-    return all((UPSTREAMS_DIR / "node_modules" / name).is_dir() for name in NPM_SERVERS)
+    return all((UPSTREAMS_DIR / "node_modules" / name).is_dir() for name in NPM_PACKAGES)
 
 
 def memory_server_command(root: Path) -> NodeCommand:
