@@ -223,15 +223,7 @@ def _action(operation: Operation, kind: Kind, resolver: Resolver) -> _Block:
     personal = [f for f in fields if PERSONAL.search(f.split(".")[-1].split("[")[0])]
     if kind == "read" or fields:
         declaration["response_fields"] = fields
-        hints.append(
-            "response_fields: every field the API documents; keep only what the agent needs"
-            if fields and len(fields) == len(documented)
-            else f"response_fields: the {len(fields)} shallowest of the {len(documented)} "
-            "fields the API documents (at most "
-            f"{MAX_RESPONSE_FIELDS}); keep only what the agent needs, add what it lacks"
-            if fields
-            else "the documented response has no fields: list what the agent may see"
-        )
+        hints.append(_fields_hint(fields, documented))
     if personal:
         declaration["mask"] = personal
         hints.append("mask: fields that look like personal data; adjust to what is")
@@ -293,6 +285,18 @@ def _request_body(
         if name in (schema.get("required") or []):
             required.append(argument)
     return mapping
+
+
+def _fields_hint(fields: list[str], documented: list[str]) -> str:
+    if not fields:
+        return "the documented response has no fields: list what the agent may see"
+    if len(fields) == len(documented):
+        return "response_fields: every field the API documents; keep only what the agent needs"
+    return (
+        f"response_fields: the {len(fields)} shallowest of the {len(documented)} fields the API "
+        f"documents (at most {MAX_RESPONSE_FIELDS}); keep only what the agent needs, add what "
+        "it lacks"
+    )
 
 
 def shallowest(fields: list[str], limit: int) -> list[str]:
