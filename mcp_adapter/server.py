@@ -26,17 +26,31 @@ from mcp_adapter.push import DraftHub, ListenDoor
 from mcp_adapter.tools import ToolDoor, ToolHandlers, draft_tools, mcp_tools
 from service.db import unavailable
 from service.guards import AddressLimit, BodyLimit, Outage
+from service.registry.loader import exposed_name
 from service.runtime import Runtime
 from service.telemetry import known_tools, observe_asgi
 
 INSTRUCTIONS = (
-    "draftgate lets you read a shop's orders and PROPOSE changes. Reads answer immediately. "
-    "Every change (refund, cancellation, address change) is only a proposal: propose_* records a "
-    "draft that a human must approve before anything happens. Tell the user that; then use "
-    "get_draft to follow the draft. Errors are JSON objects with code, message, retryable and "
-    "suggested_action: follow suggested_action. Each draft is also a resource "
-    "(draftgate://drafts/<draft_id>): subscribe to it instead of polling get_draft."
+    "draftgate lets you read the systems it gates (a shop's orders, and whatever its gateway "
+    "puts behind it) and PROPOSE changes to them. Reads answer immediately. Every change is "
+    "only a proposal: each propose_* tool ({proposals}) records a draft that a human must "
+    "approve before anything happens. Tell the user that; then use get_draft to follow the "
+    "draft. Errors are JSON objects with code, message, retryable and suggested_action: follow "
+    "suggested_action. Each draft is also a resource (draftgate://drafts/<draft_id>): "
+    "subscribe to it instead of polling get_draft."
 )
+MAX_NAMED = 12  # propose_* tools named in the instructions; the catalogue lists them all
+
+
+def instructions(runtime: Runtime) -> str:
+    """The server's instructions, naming what this deployment lets an agent propose: the
+    shop's changes and every gated upstream's, by their tool names."""
+    proposals = sorted(exposed_name(action) for action in runtime.registry.writes.values())
+    named = ", ".join(proposals[:MAX_NAMED])
+    more = f" and {len(proposals) - MAX_NAMED} more" if len(proposals) > MAX_NAMED else ""
+    return INSTRUCTIONS.format(proposals=named + more)
+
+
 VERSION = "0.1.0"
 
 
@@ -51,7 +65,7 @@ def create_mcp_server(runtime: Runtime, *, stdio_token: str | None = None) -> Se
         "draftgate",
         version=VERSION,
         title="draftgate",
-        instructions=INSTRUCTIONS,
+        instructions=instructions(runtime),
         on_list_tools=handlers.list_tools,
         on_call_tool=handlers.call_tool,
         get_tool_input_schema=handlers.input_schema_of,

@@ -13,7 +13,13 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from service.canonical import canonical_json, sha256_hex
 from service.gateway import errors
@@ -42,6 +48,12 @@ class UpstreamAnswer(BaseModel):
         default=None, description="The structured result, masked fields shown as ***."
     )
     text: str | None = Field(default=None, description="The result text, when not structured.")
+
+    @model_serializer(mode="wrap")
+    def _one_of_data_or_text(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # One documented shape (docs/gateway.md): data or text, never a null beside the other.
+        dumped: dict[str, Any] = handler(self)
+        return {k: v for k, v in dumped.items() if not (k in ("data", "text") and v is None)}
 
 
 def schema_sha256(schema: dict[str, Any]) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from mcp_adapter.server import instructions
 from service.config import Settings, child_environment
 from service.gateway import naming
 from service.gateway.build import build_gateway, wait_budget
@@ -328,3 +329,23 @@ def test_a_command_that_serves_refuses_a_bad_file_with_one_line_and_exit_2(
         f"{path}:8: mcp[0].tools.get_sum: it maps to everything_get_sum, as 'get-sum' (line 7) "
         "does; an agent could not tell the two apart (declare one of them)\n",
     )
+
+
+# --- the MCP door's instructions name what is gated (issue 24.7) -----------------------------
+
+
+def test_the_instructions_name_the_gated_upstreams_proposals_beside_the_shops(
+    desk, sqlite_url, tmp_path
+):
+    tools = {"create_ticket": {"kind": "write", "summary": "Open {title}"}}
+    path = desk_file(tmp_path, desk.mcp_url, tools)
+    runtime = build_runtime(
+        Settings(state_dir=tmp_path / "state", database_url=sqlite_url, gateway_file=path)
+    )
+    try:
+        said = instructions(runtime)
+    finally:
+        runtime.engine.dispose()
+    assert "propose_desk_create_ticket" in said
+    assert "propose_refund" in said
+    assert "whatever its gateway puts behind it" in said
