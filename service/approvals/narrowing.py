@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
+from pydantic import ValidationError
 from sqlmodel import Session
 
 from service.approvals import actions, errors, oversight, progress, signatures
@@ -55,7 +56,12 @@ def narrow(
     actions.check_contract(runtime, draft)
     action = runtime.registry.write(draft.action)
     assert action is not None  # check_contract: the action is registered
-    before = action.Input.model_validate_json(json.dumps(draft.params))
+    try:
+        before = action.Input.model_validate_json(json.dumps(draft.params))
+    except ValidationError:
+        raise errors.narrowing_refused(
+            "the draft's stored params are not valid for its action"
+        ) from None
     after = parse(action.Input, request.params)
     problem = action.narrowing_problem(before, after)
     if problem:

@@ -19,7 +19,7 @@ None of this decides anything: it measures care, it never counts an approval or 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import Field
@@ -40,6 +40,9 @@ from service.sql import insert_or_ignore
 from service.validation import StrictInput
 
 ESCALATED = "draft.escalated"
+FLAGGED = "oversight.flagged"
+ACTOR = "system:oversight"
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 ESCALATE_BATCH = 200
 
 
@@ -145,7 +148,10 @@ def _flag_if_due(
     now: datetime,
     trace_id: str | None,
 ) -> None:
-    since = now - timedelta(seconds=watch.window_seconds)
+    """Flag the approver once their hasty decisions since the later of the window's start
+    and their last flag reach ``flag_after`` (``>=``: decisions committed together cannot
+    step over the threshold unseen)."""
+    since = max(now - timedelta(seconds=watch.window_seconds), _last_flag(session, principal))
     hasty = session.exec(
         select(func.count())
         .select_from(DraftReview)
@@ -156,13 +162,13 @@ def _flag_if_due(
             col(DraftReview.hasty).is_(True),
         )
     ).one()
-    if hasty % watch.flag_after:
+    if hasty < watch.flag_after:
         return
     audit.record(
         session,
         tenant=principal.tenant,
-        actor="system:oversight",
-        type="oversight.flagged",
+        actor=ACTOR,
+        type=FLAGGED,
         draft_id=draft.id,
         trace_id=trace_id,
         data={
@@ -177,6 +183,24 @@ def _flag_if_due(
     metrics.oversight_flagged(session, draft.action)
 
 
+def _last_flag(session: Session, principal: Principal) -> datetime:
+    """When the approver was last flagged (the epoch if never)."""
+    statement = (
+        select(AuditEvent)
+        .where(
+            col(AuditEvent.tenant) == principal.tenant,
+            col(AuditEvent.type) == FLAGGED,
+            col(AuditEvent.actor) == ACTOR,
+        )
+        .order_by(col(AuditEvent.seq).desc())
+        .limit(50)
+    )
+    for event in session.exec(statement).all():
+        if event.data.get("approver") == principal.subject:
+            return event.at
+    return EPOCH
+
+
 def escalate_waiting(session: Session, policies: dict[str, PolicyConfig], *, now: datetime) -> int:
     """Escalate, once each, the drafts still waiting for approval longer than their policy's
     ``escalate_after_seconds`` (the sweeper's; announced to webhooks as ``draft.escalated``)."""
@@ -186,15 +210,11 @@ def escalate_waiting(session: Session, policies: dict[str, PolicyConfig], *, now
         if watch is None or watch.escalate_after_seconds is None:
             continue
         cutoff = now - timedelta(seconds=watch.escalate_after_seconds)
-        waiting = drafts_repository.waiting_since(session, action, cutoff, limit=ESCALATE_BATCH)
-        done = _escalated_already(session, [draft.id for draft in waiting])
-        for draft in waiting:
-            if draft.id in done:
-                continue
+        for draft in _not_escalated(session, action, cutoff):
             audit.record(
                 session,
                 tenant=draft.tenant,
-                actor="system:oversight",
+                actor=ACTOR,
                 type=ESCALATED,
                 draft_id=draft.id,
                 data={
@@ -208,13 +228,27 @@ def escalate_waiting(session: Session, policies: dict[str, PolicyConfig], *, now
     return escalated
 
 
-def _escalated_already(session: Session, draft_ids: list[str]) -> set[str]:
-    if not draft_ids:
-        return set()
-    statement = select(col(AuditEvent.draft_id)).where(
-        col(AuditEvent.type) == ESCALATED, col(AuditEvent.draft_id).in_(draft_ids)
+def _not_escalated(session: Session, action: str, cutoff: datetime) -> list[Draft]:
+    """Proposed drafts of ``action`` created before ``cutoff`` and not escalated yet, oldest
+    first (all tenants): the escalated ones are left out by the query itself, so drafts kept
+    open and escalated long ago never crowd out newer ones."""
+    escalated = (
+        select(col(AuditEvent.seq))
+        .where(col(AuditEvent.draft_id) == col(Draft.id), col(AuditEvent.type) == ESCALATED)
+        .exists()
     )
-    return {draft_id for draft_id in session.exec(statement).all() if draft_id}
+    statement = (
+        select(Draft)
+        .where(
+            col(Draft.action) == action,
+            col(Draft.status) == DraftStatus.PROPOSED,
+            col(Draft.created_at) <= cutoff,
+            ~escalated,
+        )
+        .order_by(col(Draft.created_at))
+        .limit(ESCALATE_BATCH)
+    )
+    return list(session.exec(statement).all())
 
 
 def _review(session: Session, draft: Draft, approver: str) -> DraftReview:

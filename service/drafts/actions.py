@@ -309,6 +309,11 @@ def narrow(
     params_json = params.model_dump(mode="json", exclude_none=True)
     proposal = _validate(ctx, action, params, params_json, policies, draft.id)
     _refuse_twin(ctx, draft, proposal)
+    # Never fewer approvers than the revision it narrows needed: a lower amount must not let
+    # its one approver slip under a tier and approve alone what needed two.
+    needed = max(int(proposal.fields["approvals_required"]), draft.approvals_required)
+    proposal.fields["approvals_required"] = needed
+    proposal.fields["policy"] = {**proposal.fields["policy"], "approvals_required": needed}
     summary = str(proposal.fields["summary"]).rstrip(".")
     reason = f"an approver ({by.subject}) narrowed it to: {summary}"
     state.revise(

@@ -357,18 +357,3 @@ def created_since(
         statement = statement.where(col(Draft.tenant) == tenant)
     statement = statement.order_by(col(Draft.created_at), col(Draft.id)).limit(limit)
     return list(session.exec(statement).all())
-
-
-def waiting_since(session: Session, action: str, cutoff: datetime, *, limit: int) -> list[Draft]:
-    """Proposed drafts of ``action`` created before ``cutoff``, oldest first (all tenants)."""
-    statement = (
-        select(Draft)
-        .where(
-            col(Draft.action) == action,
-            col(Draft.status) == DraftStatus.PROPOSED,
-            col(Draft.created_at) <= cutoff,
-        )
-        .order_by(col(Draft.created_at))
-        .limit(limit)
-    )
-    return list(session.exec(statement).all())

@@ -154,27 +154,34 @@ class WriteAction(Action):
 
     def narrowing_problem(self, before: Any, after: Any) -> str | None:
         """Why the params ``after`` do not narrow ``before`` (both the action's validated
-        Input), or None: only a lower amount in the same currency, and dropping what the
-        action declares ``droppable``; anything else, and nothing at all, is not narrowing.
+        Input), or None: only ``amount.amount_minor`` lowered (the currency and everything
+        else unchanged), and dropping what the action declares ``droppable``; anything else,
+        and nothing at all, is not narrowing.
 
-        By default the amount is the ``amount`` field (``amount_of``); an action whose money
-        lives elsewhere overrides this too (otherwise its amount cannot be narrowed)."""
+        Only for the default money shape (an ``amount`` field holding ``Money``): an action
+        whose money lives elsewhere (``amount_of`` overridden, the gateway's) overrides this
+        too, else its drafts cannot be narrowed (fail closed: which leaf is "the amount" is
+        the action's to say, and a guess could let a field beside it change)."""
+        if type(self).amount_of is not WriteAction.amount_of:
+            return "this action's drafts cannot be narrowed (its amount is not its amount field)"
         old, new = self.amount_of(before), self.amount_of(after)
         if (old is None) != (new is None):
             return "the amount may be lowered, not added or removed"
+        was = before.model_dump(mode="json", exclude_none=True)
+        now = after.model_dump(mode="json", exclude_none=True)
+        if now == was:
+            return "nothing was narrowed"
         if old is not None and new is not None:
             if new.currency != old.currency:
                 return f"the currency must stay {old.currency}"
             if new.amount_minor > old.amount_minor:
                 return f"{new.render()} is more than the {old.render()} proposed"
-        was = before.model_dump(mode="json", exclude_none=True)
-        now = after.model_dump(mode="json", exclude_none=True)
+            # The lowered number is the one change allowed: put it back, and compare the rest.
+            now = {**now, "amount": {**now["amount"], "amount_minor": old.amount_minor}}
         changed = sorted(
             name
             for name in set(was) | set(now)
-            if was.get(name) != now.get(name)
-            and not (name == "amount" and old is not None)
-            and not (name in self.droppable and name not in now)
+            if was.get(name) != now.get(name) and not (name in self.droppable and name not in now)
         )
         if changed:
             return (
@@ -182,8 +189,6 @@ class WriteAction(Action):
                 + (f" or {', '.join(sorted(self.droppable))} dropped" if self.droppable else "")
                 + f"; changed: {', '.join(changed)}"
             )
-        if was == now:
-            return "nothing was narrowed"
         return None
 
     @property

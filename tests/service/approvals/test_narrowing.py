@@ -18,9 +18,12 @@ from service.api.app import create_app
 from service.approvals.schemas import Decision, signed_request, statement_for
 from service.canonical import params_sha256
 from service.executions import runner
+from service.money import Money
+from service.registry.base import WriteAction
 from service.signing import load_private_key
 from service.sql import rfc3339_seconds, utcnow
 from service.tracing import new_trace_id
+from service.validation import StrictInput
 from tests.service.api.test_approvals_api import assert_problem
 from tests.service.executions.test_runner import event_types, refunds_for, state
 from tests.support.api_client import bearer, get_draft, in_process
@@ -159,3 +162,69 @@ def test_a_narrowed_draft_that_still_needs_two_waits_for_another_approver(api, r
     assert agent["message"].startswith("An approver (alice) narrowed it to: Refund 550.00 USD")
     approve_in_core(runtime, demo, draft_id, "bob")
     assert get_draft(api, token(demo), draft_id)["status"] == "approved"
+
+
+def test_narrowing_under_a_tier_does_not_let_its_author_approve_alone(api, runtime, demo, door):
+    draft_id = propose(door, 60_000)  # 600.00 USD: two approvers
+    draft = get_draft(api, token(demo), draft_id)
+    body = narrowing(demo, draft, lowered(draft, 40_000))  # 400.00: one approver's tier
+    narrowed = api.post(f"/v1/drafts/{draft_id}/narrow", json=body, headers=bearer(token(demo)))
+    assert narrowed.status_code == 201, narrowed.text
+    shown = narrowed.json()
+    assert (shown["status"], shown["progress"]["received"], shown["approvals_required"]) == (
+        "proposed",
+        1,
+        2,
+    )
+    approve_in_core(runtime, demo, draft_id, "bob")
+    assert get_draft(api, token(demo), draft_id)["status"] == "approved"
+
+
+class _Quantity(StrictInput):
+    amount: Money
+    quantity: int
+
+
+class _Priced(StrictInput):
+    price: Money
+    amount: int  # a quantity that happens to be called amount
+
+
+def _action(model: type[StrictInput], priced: bool = False) -> WriteAction:
+    class Probe(WriteAction):
+        name = "probe"
+        kind = "write"
+        contract_version = 1
+        title = "probe"
+        description = "probe"
+        Input = model
+
+        def validate(self, ctx: Any, params: Any) -> Any:
+            raise NotImplementedError
+
+        def execute(self, ctx: Any, params: Any, idempotency_key: str) -> Any:
+            raise NotImplementedError
+
+        def applied(self, ctx: Any, idempotency_key: str) -> Any:
+            return None
+
+    if priced:
+        Probe.amount_of = lambda self, params: params.price  # type: ignore[method-assign]
+    return Probe()
+
+
+def test_only_the_amounts_number_may_change_when_narrowing():
+    action = _action(_Quantity)
+    before = _Quantity(amount=Money(amount_minor=1_000, currency="USD"), quantity=1)
+    lower = _Quantity(amount=Money(amount_minor=900, currency="USD"), quantity=1)
+    more = _Quantity(amount=Money(amount_minor=900, currency="USD"), quantity=10_000)
+    assert action.narrowing_problem(before, lower) is None
+    assert "changed: quantity" in str(action.narrowing_problem(before, more))
+    assert action.narrowing_problem(before, before) == "nothing was narrowed"
+
+
+def test_an_action_whose_money_is_elsewhere_cannot_be_narrowed_by_default():
+    action = _action(_Priced, priced=True)
+    before = _Priced(price=Money(amount_minor=1_000, currency="USD"), amount=1)
+    widened = _Priced(price=Money(amount_minor=1_000, currency="USD"), amount=10_000)
+    assert "cannot be narrowed" in str(action.narrowing_problem(before, widened))

@@ -17,6 +17,7 @@ from sqlmodel import col, select
 from harness.orders import Orders
 from mcp_adapter.tools import ToolDoor
 from service.api.app import create_app
+from service.approvals import oversight
 from service.approvals.models import DraftReview
 from service.audit.models import AuditEvent
 from service.config import DEFAULT_POLICIES
@@ -67,7 +68,7 @@ def test_ten_approvals_in_a_few_seconds_raise_a_rubber_stamp_flag(runtime, demo,
         approve_in_core(runtime, demo, propose_refund(door, 1_000, order))
 
     flags = events(runtime, "oversight.flagged")
-    assert [f.data["hasty_decisions"] for f in flags] == [5, 10]
+    assert [f.data["hasty_decisions"] for f in flags] == [5, 5]  # each since the last flag
     assert {(f.actor, f.data["approver"]) for f in flags} == {("system:oversight", "alice")}
     approved = events(runtime, "approval.approved")
     assert len(approved) == 10
@@ -135,3 +136,20 @@ def test_a_draft_waiting_past_its_slo_is_escalated_once_to_the_webhooks(runtime,
     with session_scope(runtime.engine) as session:
         deliveries = session.exec(select(WebhookDelivery)).all()
     assert [d.event_type for d in deliveries] == ["draft.escalated"]
+
+
+def test_drafts_escalated_long_ago_never_crowd_out_newer_ones(runtime, demo, door, monkeypatch):
+    monkeypatch.setattr(oversight, "ESCALATE_BATCH", 2)  # a small page, to fill it
+    drafts = [
+        propose_refund(door, 1_000, order) for order in Orders(runtime.engine, prefix=6).take(3)
+    ]
+    with session_scope(runtime.engine) as session:
+        for age, draft_id in enumerate(drafts):
+            session.execute(
+                update(Draft)
+                .where(col(Draft.id) == draft_id)
+                .values(created_at=utcnow() - timedelta(minutes=10 - age))
+            )
+    sweeps = [sweeper.sweep(runtime, lambda task, args: None).escalated for _ in range(3)]
+    assert sweeps == [2, 1, 0]
+    assert {e.draft_id for e in events(runtime, "draft.escalated")} == set(drafts)
