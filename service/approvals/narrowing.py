@@ -23,9 +23,9 @@ from service.drafts import actions as drafts
 from service.drafts.models import Draft
 from service.drafts.world import as_proposer
 from service.principal import Principal, Role
-from service.registry.base import ActionContext
+from service.registry.base import ActionContext, WriteAction
 from service.runtime import Runtime
-from service.validation import parse
+from service.validation import StrictInput, parse
 
 
 def narrow(
@@ -56,16 +56,7 @@ def narrow(
     actions.check_contract(runtime, draft)
     action = runtime.registry.write(draft.action)
     assert action is not None  # check_contract: the action is registered
-    try:
-        before = action.Input.model_validate_json(json.dumps(draft.params))
-    except ValidationError:
-        raise errors.narrowing_refused(
-            "the draft's stored params are not valid for its action"
-        ) from None
-    after = parse(action.Input, request.params)
-    problem = action.narrowing_problem(before, after)
-    if problem:
-        raise errors.narrowing_refused(problem)
+    after = _narrowed(action, draft, request)
     rules = progress.Rules.of(runtime)
     actions.check_signer(progress.of_draft(session, rules, draft), principal, Decision.APPROVE)
     ctx = _as_its_proposer(session, runtime, draft, principal, now=now)
@@ -90,6 +81,21 @@ def narrow(
         reason=draft.status_reason,
     )  # fmt: skip
     return draft
+
+
+def _narrowed(action: WriteAction, draft: Draft, request: NarrowRequest) -> StrictInput:
+    """The params sent, validated, if they narrow the draft's; else NARROWING_REFUSED."""
+    try:
+        before = action.Input.model_validate_json(json.dumps(draft.params))
+    except ValidationError:
+        raise errors.narrowing_refused(
+            "the draft's stored params are not valid for its action"
+        ) from None
+    after = parse(action.Input, request.params)
+    problem = action.narrowing_problem(before, after)
+    if problem:
+        raise errors.narrowing_refused(problem)
+    return after
 
 
 def _as_its_proposer(
