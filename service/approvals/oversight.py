@@ -122,7 +122,12 @@ def decided(
     watch = _rules_of(rules.policies, draft.action)
     dwell = _ms(now - review.first_viewed_at) if review.first_viewed_at else None
     latency = _ms(now - draft.created_at)
-    hasty = watch is not None and (dwell is None or dwell < watch.min_dwell_seconds * 1000)
+    # Rubber-stamping is approving unread: a quick rejection lets nothing run.
+    hasty = (
+        watch is not None
+        and decision == "approve"
+        and (dwell is None or dwell < watch.min_dwell_seconds * 1000)
+    )
     review.decided_at, review.decision = now, decision
     review.dwell_ms, review.latency_ms, review.hasty = dwell, latency, hasty
     session.add(review)

@@ -31,7 +31,7 @@ from service.webhooks.models import WebhookDelivery
 from tests.service.executions.test_runner import propose_refund
 from tests.support.api_client import bearer, in_process
 from tests.support.backends import both_backends
-from tests.support.core import approve_in_core
+from tests.support.core import approve_in_core, reject_in_core
 from tests.support.prometheus import samples_of, value
 
 pytestmark = both_backends
@@ -153,3 +153,11 @@ def test_drafts_escalated_long_ago_never_crowd_out_newer_ones(runtime, demo, doo
     sweeps = [sweeper.sweep(runtime, lambda task, args: None).escalated for _ in range(3)]
     assert sweeps == [2, 1, 0]
     assert {e.draft_id for e in events(runtime, "draft.escalated")} == set(drafts)
+
+
+def test_quick_rejections_are_never_hasty(runtime, demo, door):
+    for order in Orders(runtime.engine, prefix=7).take(5):
+        reject_in_core(runtime, demo, propose_refund(door, 1_000, order), "not this one")
+    assert events(runtime, "oversight.flagged") == []
+    rejected = events(runtime, "approval.rejected")
+    assert [e.data["oversight"]["hasty"] for e in rejected] == [False] * 5
