@@ -6,10 +6,10 @@ sign), whether they looked at its params and at the record it changes, and the d
 view to signature) and decision latency (proposal to decision). Both are Prometheus
 histograms and part of the decision's audit event.
 
-Where the action's policy asks for it (``oversight``), a decision faster than
+Where the action's policy asks for it (``oversight``), an approval faster than
 ``min_dwell_seconds``, or without any recorded view, is *hasty*; an approver whose hasty
-decisions reach ``flag_after`` within ``window_seconds`` (and every further ``flag_after``)
-is flagged with an audited ``oversight.flagged`` event. A draft still waiting after
+approvals within ``window_seconds``, counted since their last flag, reach ``flag_after`` is
+flagged with an audited ``oversight.flagged`` event. A draft still waiting after
 ``escalate_after_seconds`` is escalated once (``draft.escalated``, announced to webhooks), by
 the sweeper.
 
