@@ -90,10 +90,16 @@ def request_body(model: type[BaseModel] | dict[str, Any]) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
+def body_object(body: Any) -> dict[str, Any]:
+    """A JSON body as an object for the core to parse: one that is not an object is handed
+    on under ``body``, so the core refuses it INVALID_ARGUMENT like any other problem."""
+    return body if isinstance(body, dict) else {"body": body}
+
+
 def parse_body(model: type[M], body: Any) -> M:
     """The JSON body as ``model``, or INVALID_ARGUMENT naming what is wrong (a body that is
     not an object is one)."""
-    return parse(model, body if isinstance(body, dict) else {"body": body})
+    return parse(model, body_object(body))
 
 
 def get_principal(

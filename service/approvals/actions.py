@@ -25,6 +25,7 @@ from service.approvals.schemas import (
     Decision,
     SignedRequest,
     build_statement,
+    moment,
 )
 from service.audit import actions as audit
 from service.canonical import params_sha256
@@ -103,8 +104,7 @@ def submit(
         session,
         principal,
         request,
-        key_id=statement.key_id,
-        signed=statement.signed_value(),
+        statement,
         settings=runtime.settings,
         now=now,
     )
@@ -317,6 +317,5 @@ def check_binding(draft: Draft, statement: ApprovalStatement | BatchItem) -> Non
 
 def check_freshness(issued_at: str, *, now: datetime, skew_seconds: int) -> None:
     """Refuse a statement issued further from the server's clock than the allowed skew."""
-    moment = datetime.fromisoformat(issued_at.replace("Z", "+00:00"))
-    if abs(now - moment) > timedelta(seconds=skew_seconds):
+    if abs(now - moment(issued_at)) > timedelta(seconds=skew_seconds):
         raise errors.statement_stale(issued_at, skew_seconds)

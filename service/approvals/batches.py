@@ -98,8 +98,7 @@ def submit(
         session,
         principal,
         request,
-        key_id=statement.key_id,
-        signed=statement.signed_value(),
+        statement,
         settings=runtime.settings,
         now=now,
     )

@@ -47,8 +47,7 @@ def narrow(
         session,
         principal,
         request,
-        key_id=statement.key_id,
-        signed=statement.signed_value(),
+        statement,
         settings=runtime.settings,
         now=now,
     )

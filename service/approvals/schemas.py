@@ -46,10 +46,15 @@ class SignedStatement(StrictInput):
         return self.model_dump(mode="json", exclude_none=True)
 
 
+def moment(value: str) -> datetime:
+    """A signed statement's moment (ISSUED_AT_PATTERN: RFC 3339 UTC with "Z")."""
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
 def real_moment(value: str) -> str:
     """``value`` (matching ISSUED_AT_PATTERN), if it names a real moment in time."""
     try:
-        datetime.fromisoformat(value.replace("Z", "+00:00"))
+        moment(value)
     except ValueError:
         raise ValueError(f"{value} is not a real moment in time") from None
     return value

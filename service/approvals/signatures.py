@@ -50,18 +50,27 @@ class SignedRow(Protocol):
     client_data_json: str | None
 
 
+class Statement(Protocol):
+    """A signed statement as parsed: whose key signs it, and the value whose JCS is signed."""
+
+    @property
+    def key_id(self) -> str: ...
+
+    def signed_value(self) -> dict[str, Any]: ...
+
+
 def verify_request(
     session: Session,
     principal: Principal,
     request: SignedRequest,
+    statement: Statement,
     *,
-    key_id: str,
-    signed: dict[str, Any],
     settings: Settings,
     now: datetime,
 ) -> Credential:
-    """The caller's own, active credential ``key_id``, whose signature over JCS(``signed``),
-    the request's statement, verifies."""
+    """The caller's own, active credential the request's ``statement`` names, whose signature
+    over JCS(statement) verifies (an approval's, a batch's, a standing grant's)."""
+    key_id, signed = statement.key_id, statement.signed_value()
     if request.webauthn is not None:
         return _verify_assertion(
             session, principal, key_id, signed, request.webauthn, settings=settings, now=now

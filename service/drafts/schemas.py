@@ -189,10 +189,9 @@ def _advice(
         case DraftStatus.PROPOSED:
             # A reason on a proposed draft is why it is waiting again (its source moved, or an
             # approver narrowed it and another approval is needed).
-            reason = draft.status_reason or ""
-            again = f"{reason[:1].upper()}{reason[1:]}. " if reason else ""
             return (
-                f"{again}The request is recorded as draft {draft.id} and waits for human "
+                f"{_leading(draft.status_reason)}The request is recorded as draft {draft.id} "
+                "and waits for human "
                 f"approval ({standing.received} of {standing.required} approvals). Nothing has "
                 "been executed yet.",
                 "Tell the user the request is waiting for human review. " + check_later,
@@ -208,11 +207,9 @@ def _advice(
             )
         case DraftStatus.APPROVED:
             # A reason on an approved draft is what the approver changed (they narrowed it).
-            reason = draft.status_reason or ""
-            changed = f"{reason[:1].upper()}{reason[1:]}. " if reason else ""
             return (
-                f"{changed}A human approved the request. Nothing has run yet: it runs once an "
-                "approver starts its execution.",
+                f"{_leading(draft.status_reason)}A human approved the request. Nothing has "
+                "run yet: it runs once an approver starts its execution.",
                 "Tell the user it was approved and waits to be carried out. " + check_later,
             )
         case DraftStatus.QUEUED | DraftStatus.RUNNING:
@@ -221,6 +218,11 @@ def _advice(
                 "Tell the user it is in progress. " + check_later,
             )
     return _ended_advice(draft, status, outcome)
+
+
+def _leading(reason: str | None) -> str:
+    """A status reason as the sentence that opens the agent's message ("" when none)."""
+    return f"{reason[:1].upper()}{reason[1:]}. " if reason else ""
 
 
 def _ended_advice(

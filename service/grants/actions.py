@@ -15,7 +15,7 @@ from sqlmodel import Session
 
 from service.approvals import actions as approvals
 from service.approvals import progress, signatures
-from service.approvals.schemas import SCHEME_ED25519, SCHEME_WEBAUTHN
+from service.approvals.schemas import SCHEME_ED25519, SCHEME_WEBAUTHN, moment
 from service.audit import actions as audit
 from service.drafts import repository as drafts_repository
 from service.drafts.models import Draft, DraftStatus
@@ -31,7 +31,6 @@ from service.grants.schemas import (
     GrantToSign,
     GrantView,
     grant_id_of,
-    moment,
 )
 from service.money import AmountView, Money
 from service.policies.schemas import GrantRules
@@ -87,13 +86,11 @@ def create(
     statement = request.statement
     approvals.check_signer_identity(principal, tenant=statement.tenant, approver=statement.approver)
     _check_terms(runtime, statement, now)
-    signed = statement.signed_value()
     key = signatures.verify_request(
         session,
         principal,
         request,
-        key_id=statement.key_id,
-        signed=signed,
+        statement,
         settings=runtime.settings,
         now=now,
     )

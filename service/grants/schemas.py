@@ -12,6 +12,7 @@ from service.approvals.schemas import (
     ISSUED_AT_PATTERN,
     SignedRequest,
     SignedStatement,
+    moment,
     real_moment,
 )
 from service.canonical import canonical_json, sha256_hex
@@ -22,10 +23,6 @@ from service.validation import StrictInput
 GRANT_STATEMENT_TYPE = "draftgate.grant.v1"
 SOURCE_REF_PATTERN = r"^[A-Za-z0-9._:@+=/-]{1,128}$"
 MOMENT = Field(pattern=ISSUED_AT_PATTERN, description='RFC 3339 UTC with "Z".')
-
-
-def moment(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 class GrantLimits(StrictInput):

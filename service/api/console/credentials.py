@@ -8,13 +8,11 @@ credential signs nothing until an admin approves its enrolment (DESIGN.md §4: t
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
 
 from service.api.console.api import JsonRoute
 from service.api.console.deps import Caller, ReadUnit, Unit, Writer
-from service.api.deps import JsonBody, RuntimeDep
+from service.api.deps import JsonBody, RuntimeDep, parse_body
 from service.keys import enrolments, passkeys
 from service.keys.schemas import (
     ApproverCredentials,
@@ -24,18 +22,13 @@ from service.keys.schemas import (
     RegistrationOptions,
 )
 from service.sql import utcnow
-from service.validation import StrictInput, parse
+from service.validation import StrictInput
 
 router = APIRouter(prefix="/console/credentials", include_in_schema=False, route_class=JsonRoute)
 
 
 class NoOptions(StrictInput):
     """Body of POST /console/credentials/passkeys/options: an empty object (for now)."""
-
-
-def _object(body: Any) -> dict[str, Any]:
-    # Parsed by the core, so a body that is not an object is INVALID_ARGUMENT like any other.
-    return body if isinstance(body, dict) else {"body": body}
 
 
 @router.get("", name="console.credentials")
@@ -45,7 +38,7 @@ def my_credentials(session: ReadUnit, caller: Caller) -> ApproverCredentials:
 
 @router.post("/enrolments", status_code=201, name="console.key_enrolment")
 def enrol_key(session: Unit, caller: Writer, body: JsonBody) -> EnrolmentInfo:
-    request = parse(KeyEnrolmentRequest, _object(body))
+    request = parse_body(KeyEnrolmentRequest, body)
     return enrolments.enrol_key(session, caller.principal, request=request, now=utcnow())
 
 
@@ -54,7 +47,7 @@ def passkey_options(
     session: Unit, runtime: RuntimeDep, caller: Writer, body: JsonBody
 ) -> RegistrationOptions:
     # A POST (it stores a single-use challenge); its body carries nothing yet.
-    parse(NoOptions, _object(body))
+    parse_body(NoOptions, body)
     return passkeys.registration_options(
         session, caller.principal, settings=runtime.settings, now=utcnow()
     )
@@ -64,7 +57,7 @@ def passkey_options(
 def enrol_passkey(
     session: Unit, runtime: RuntimeDep, caller: Writer, body: JsonBody
 ) -> EnrolmentInfo:
-    request = parse(PasskeyRegistrationRequest, _object(body))
+    request = parse_body(PasskeyRegistrationRequest, body)
     return enrolments.enrol_passkey(
         session, caller.principal, settings=runtime.settings, request=request, now=utcnow()
     )

@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Response
 from pydantic import BaseModel
 
-from service.api.deps import JsonBody, Unit, principal_with, request_body
+from service.api.deps import JsonBody, Unit, body_object, parse_body, principal_with, request_body
 from service.api.errors import problems
 from service.errors import invalid_argument, permission_denied
 from service.keys import admin, enrolments
@@ -44,10 +44,6 @@ API_ISSUED_ROLES = (Role.AGENT, Role.AUDITOR)
 
 class TokenList(BaseModel):
     tokens: list[TokenInfo]
-
-
-def _object(body: object) -> dict[str, object]:
-    return body if isinstance(body, dict) else {"body": body}
 
 
 # --- approvers and their credentials --------------------------------------------------------
@@ -97,7 +93,7 @@ def approve_enrolment(enrolment_id: EnrolmentId, session: Unit, principal: Admin
 def reject_enrolment(
     enrolment_id: EnrolmentId, session: Unit, principal: Admin, body: JsonBody
 ) -> EnrolmentInfo:
-    decision = parse(EnrolmentDecision, _object(body))
+    decision = parse_body(EnrolmentDecision, body)
     return enrolments.reject(
         session, principal, enrolment_id=enrolment_id, reason=decision.reason, now=utcnow()
     )
@@ -112,7 +108,7 @@ def reject_enrolment(
     responses=problems(400, 401, 403, 409),
 )
 def register_key(session: Unit, principal: Admin, body: JsonBody) -> KeyInfo:
-    request = parse(AdminKeyRegistration, _object(body))
+    request = parse_body(AdminKeyRegistration, body)
     return admin.register_key(
         session,
         principal,
@@ -177,7 +173,7 @@ def list_tokens(session: Unit, principal: Admin) -> TokenList:
     responses=problems(400, 401, 403),
 )
 def issue_token(session: Unit, principal: Admin, body: JsonBody, response: Response) -> IssuedToken:
-    fields = _object(body)
+    fields = body_object(body)
     if "tenant" in fields:  # an admin issues tokens of their own tenant only
         raise invalid_argument("A token is issued in your own tenant; send no tenant.")
     request = parse(TokenRequest, {**fields, "tenant": principal.tenant})

@@ -11,6 +11,7 @@ from service.api.deps import (
     ReadUnit,
     RuntimeDep,
     Unit,
+    parse_body,
     request_body,
 )
 from service.api.errors import problems
@@ -23,13 +24,8 @@ from service.keys.schemas import (
     RegistrationOptions,
 )
 from service.sql import utcnow
-from service.validation import parse
 
 router = APIRouter(prefix="/v1/me", tags=["credentials"])
-
-
-def _object(body: object) -> dict[str, object]:
-    return body if isinstance(body, dict) else {"body": body}
 
 
 @router.get(
@@ -67,7 +63,7 @@ def registration_options(
 def enrol_passkey(
     session: Unit, runtime: RuntimeDep, principal: Approver, body: JsonBody
 ) -> EnrolmentInfo:
-    request = parse(PasskeyRegistrationRequest, _object(body))
+    request = parse_body(PasskeyRegistrationRequest, body)
     return enrolments.enrol_passkey(
         session, principal, settings=runtime.settings, request=request, now=utcnow()
     )
@@ -82,5 +78,5 @@ def enrol_passkey(
     responses=problems(400, 401, 403, 409),
 )
 def enrol_key(session: Unit, principal: Approver, body: JsonBody) -> EnrolmentInfo:
-    request = parse(KeyEnrolmentRequest, _object(body))
+    request = parse_body(KeyEnrolmentRequest, body)
     return enrolments.enrol_key(session, principal, request=request, now=utcnow())
